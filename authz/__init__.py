@@ -1,0 +1,1 @@
+"""Orrery A2A edge: the ext_authz decision service (the only component that sees credentials)."""

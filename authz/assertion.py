@@ -1,0 +1,302 @@
+"""The principal assertion: the only thing the adapter trusts about who is calling.
+
+After authz allows a request it sets `x-orrery-principal` to a compact JWS (HS256, `kid` in the
+protected header) that names the principal, the surface and Envoy's request id, valid for 30 s.
+The adapter imports this module and verifies the header with the same keys, so the format has one
+source of truth.
+
+Why a hand-written JWS and not a JWT library: the format is closed (one algorithm, fixed header,
+fixed claims), so every check is explicit here and nothing can be negotiated by the sender — no
+`alg` choice, no `none`, no key from the header. The whole codec fits on one screen for review.
+
+Keys come from `ORRERY_A2A_ASSERTION_KEYS` = `kid=base64url-secret,kid2=…`. The first signs; all
+verify, so a new key is rolled out to verifiers first (listed second), then promoted to first.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from authz.errors import AssertionExpired, InvalidAssertion
+from authz.principal import (
+    AUTONOMY_LEVELS,
+    KINDS,
+    Kind,
+    Principal,
+    Surface,
+    principal_key,
+)
+
+HEADER = "x-orrery-principal"
+ISSUER = "orrery-authz"
+AUDIENCE = "orrery-a2a-adapter"
+LIFETIME_SECONDS = 30
+# The signer and verifier are sidecars on one host; a few seconds covers scheduling, not drift.
+CLOCK_LEEWAY_SECONDS = 5
+MIN_SECRET_BYTES = 32
+MAX_ASSERTION_BYTES = 4096
+
+_KID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_COMPACT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+_CLAIMS = frozenset(
+    {
+        "iss",
+        "aud",
+        "iat",
+        "exp",
+        "rid",
+        "surface",
+        "kind",
+        "sub",
+        "client",
+        "agent",
+        "key",
+        "role",
+        "autonomy",
+        "tok_exp",
+    }
+)
+_SURFACE_KINDS: Mapping[str, frozenset[str]] = {
+    "a2a": frozenset({"delegated", "service"}),
+    "approvals": frozenset({"human"}),
+}
+
+
+def _b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _b64decode(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in obj:
+            raise ValueError("duplicate member")
+        obj[name] = value
+    return obj
+
+
+def _json_object(segment: str) -> dict[str, Any]:
+    try:
+        value = json.loads(_b64decode(segment), object_pairs_hook=_reject_duplicates)
+    except ValueError:  # bad base64, bad UTF-8, bad JSON, a duplicate member
+        value = None
+    if not isinstance(value, dict):
+        raise InvalidAssertion("malformed principal assertion")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class AssertionKeys:
+    """Ordered HMAC keys by `kid`; the first one signs, every one verifies."""
+
+    keys: tuple[tuple[str, bytes], ...]
+
+    @classmethod
+    def parse(cls, spec: str) -> AssertionKeys:
+        """Parse `kid=base64url-secret,…`; the error names the problem, never a secret."""
+        entries = [item.strip() for item in spec.split(",") if item.strip()]
+        if not entries:
+            raise ValueError("no keys (expected kid=base64url-secret[,kid2=…])")
+        keys: list[tuple[str, bytes]] = []
+        for position, entry in enumerate(entries, start=1):
+            kid, sep, encoded = entry.partition("=")
+            kid = kid.strip()
+            if not sep or not _KID.fullmatch(kid):
+                raise ValueError(f"entry {position}: expected kid=base64url-secret")
+            if any(kid == seen for seen, _ in keys):
+                raise ValueError(f"entry {position}: kid {kid!r} is listed twice")
+            encoded = encoded.strip().rstrip("=")
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", encoded):
+                raise ValueError(f"key {kid!r}: secret is not base64url")
+            try:
+                secret = _b64decode(encoded)
+            except (binascii.Error, ValueError):
+                raise ValueError(f"key {kid!r}: secret is not base64url") from None
+            if len(secret) < MIN_SECRET_BYTES:
+                raise ValueError(f"key {kid!r}: secret must be at least {MIN_SECRET_BYTES} bytes")
+            keys.append((kid, secret))
+        return cls(tuple(keys))
+
+    @property
+    def signing_kid(self) -> str:
+        return self.keys[0][0]
+
+    def secret(self, kid: str) -> bytes | None:
+        for known, secret in self.keys:
+            if hmac.compare_digest(known, kid):
+                return secret
+        return None
+
+    def __repr__(self) -> str:  # never print secrets, even in a debugger or a traceback
+        return f"AssertionKeys(kids={[kid for kid, _ in self.keys]!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class Assertion:
+    """A verified assertion: who is calling, on which surface, for which request."""
+
+    principal: Principal
+    surface: Surface
+    request_id: str
+    issued_at: int
+    expires_at: int
+    token_expires_at: int
+
+
+def sign(
+    keys: AssertionKeys,
+    principal: Principal,
+    *,
+    surface: Surface,
+    request_id: str,
+    token_expires_at: int,
+    now: int,
+) -> str:
+    """Mint the header value for one allowed request."""
+    kid, secret = keys.keys[0]
+    header = {"alg": "HS256", "kid": kid, "typ": "JWT"}
+    claims = {
+        "iss": ISSUER,
+        "aud": AUDIENCE,
+        "iat": now,
+        "exp": now + LIFETIME_SECONDS,
+        "rid": request_id,
+        "surface": surface,
+        "kind": principal.kind,
+        "sub": principal.subject,
+        "client": principal.client,
+        "agent": principal.agent,
+        "key": principal.key,
+        "role": principal.role,
+        "autonomy": principal.autonomy,
+        "tok_exp": token_expires_at,
+    }
+    signing_input = (
+        _b64encode(json.dumps(header, separators=(",", ":")).encode())
+        + "."
+        + _b64encode(json.dumps(claims, separators=(",", ":"), ensure_ascii=False).encode())
+    )
+    signature = hmac.new(secret, signing_input.encode("ascii"), hashlib.sha256).digest()
+    return signing_input + "." + _b64encode(signature)
+
+
+def _require_str(claims: Mapping[str, Any], name: str, *, allow_empty: bool = True) -> str:
+    value = claims.get(name)
+    if not isinstance(value, str) or (not allow_empty and not value):
+        raise InvalidAssertion(f"assertion claim {name} is missing or malformed")
+    return value
+
+
+def _require_int(claims: Mapping[str, Any], name: str) -> int:
+    value = claims.get(name)
+    if type(value) is not int:  # bool is an int subclass; refuse it and floats alike
+        raise InvalidAssertion(f"assertion claim {name} is missing or malformed")
+    return value
+
+
+def verify(
+    keys: AssertionKeys,
+    value: str | None,
+    *,
+    request_id: str | None,
+    surface: Surface,
+    now: int,
+) -> Assertion:
+    """Verify a header value for *this* request on *this* surface, or raise `InvalidAssertion`.
+
+    Checked, in order: shape and size, header (`alg` HS256 only, a known `kid`, nothing else),
+    signature (constant time), then every claim — issuer, audience, times, request id, surface,
+    kind allowed on the surface, and a `key` recomputed from the claims.
+    """
+    if not value:
+        raise InvalidAssertion("no principal assertion")
+    if len(value) > MAX_ASSERTION_BYTES or not _COMPACT.fullmatch(value):
+        raise InvalidAssertion("malformed principal assertion")
+    header_b64, payload_b64, signature_b64 = value.split(".")
+    header = _json_object(header_b64)
+    kid = header.get("kid")
+    if (
+        header.get("alg") != "HS256"
+        or not isinstance(kid, str)
+        or not set(header) <= {"alg", "kid", "typ"}
+        or header.get("typ", "JWT") != "JWT"
+    ):
+        raise InvalidAssertion("unacceptable principal assertion header")
+    secret = keys.secret(kid)
+    if secret is None:
+        raise InvalidAssertion("principal assertion signed with an unknown key")
+    expected = hmac.new(
+        secret, f"{header_b64}.{payload_b64}".encode("ascii"), hashlib.sha256
+    ).digest()
+    try:
+        signature = _b64decode(signature_b64)
+    except (binascii.Error, ValueError):
+        raise InvalidAssertion("malformed principal assertion") from None
+    if not hmac.compare_digest(expected, signature):
+        raise InvalidAssertion("bad principal assertion signature")
+    claims = _json_object(payload_b64)
+    return _check_claims(claims, request_id=request_id, surface=surface, now=now)
+
+
+def _check_claims(
+    claims: Mapping[str, Any], *, request_id: str | None, surface: Surface, now: int
+) -> Assertion:
+    if set(claims) != _CLAIMS:
+        raise InvalidAssertion("principal assertion claims are incomplete or unexpected")
+    if claims["iss"] != ISSUER or claims["aud"] != AUDIENCE:
+        raise InvalidAssertion("principal assertion is not for this adapter")
+    issued_at = _require_int(claims, "iat")
+    expires_at = _require_int(claims, "exp")
+    if not 0 < expires_at - issued_at <= LIFETIME_SECONDS:
+        raise InvalidAssertion("principal assertion lifetime is out of bounds")
+    if issued_at > now + CLOCK_LEEWAY_SECONDS:
+        raise InvalidAssertion("principal assertion is issued in the future")
+    if now >= expires_at + CLOCK_LEEWAY_SECONDS:
+        raise AssertionExpired("principal assertion has expired")
+    rid = _require_str(claims, "rid", allow_empty=False)
+    if not request_id or not hmac.compare_digest(rid, request_id):
+        raise InvalidAssertion("principal assertion is for another request")
+    if claims["surface"] != surface:
+        raise InvalidAssertion("principal assertion is for another surface")
+    kind = _require_str(claims, "kind")
+    if kind not in KINDS or kind not in _SURFACE_KINDS[surface]:
+        raise InvalidAssertion("principal kind is not allowed on this surface")
+    autonomy = _require_str(claims, "autonomy")
+    if autonomy not in AUTONOMY_LEVELS:
+        raise InvalidAssertion("assertion claim autonomy is missing or malformed")
+    subject = _require_str(claims, "sub", allow_empty=False)
+    client = _require_str(claims, "client")
+    agent = _require_str(claims, "agent")
+    if (kind == "delegated") != bool(agent):
+        raise InvalidAssertion("assertion claim agent does not match the principal kind")
+    principal = Principal(
+        kind=cast(Kind, kind),
+        subject=subject,
+        client=client,
+        agent=agent,
+        role=_require_str(claims, "role"),
+        autonomy=autonomy,
+    )
+    key = _require_str(claims, "key")
+    if not hmac.compare_digest(key.encode(), principal_key(kind, client, agent, subject).encode()):
+        raise InvalidAssertion("principal assertion key does not match its claims")
+    return Assertion(
+        principal=principal,
+        surface=surface,
+        request_id=rid,
+        issued_at=issued_at,
+        expires_at=expires_at,
+        token_expires_at=_require_int(claims, "tok_exp"),
+    )

@@ -1,0 +1,323 @@
+"""The principal assertion codec: what authz signs is exactly what the adapter accepts."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+from typing import Any
+
+import pytest
+
+from authz import assertion
+from authz.assertion import AssertionKeys, sign, verify
+from authz.errors import AssertionExpired, InvalidAssertion
+from authz.principal import Principal, principal_key
+
+NOW = 1_800_000_000
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def new_keys(*kids: str) -> AssertionKeys:
+    return AssertionKeys.parse(",".join(f"{kid}={b64(secrets.token_bytes(32))}" for kid in kids))
+
+
+KEYS = new_keys("k1")
+DELEGATED = Principal(
+    kind="delegated",
+    subject="alice",
+    client="ci-bot",
+    agent="triage-agent",
+    role="operator",
+    autonomy="L3",
+)
+SERVICE = Principal(
+    kind="service", subject="svc-1", client="svc-1", agent="", role="operator", autonomy="L2"
+)
+HUMAN = Principal(
+    kind="human", subject="alice", client="console", agent="", role="operator", autonomy="L3"
+)
+
+
+def mint(
+    principal: Principal = DELEGATED,
+    *,
+    keys: AssertionKeys = KEYS,
+    surface: Any = "a2a",
+    rid: str = "req-1",
+    now: int = NOW,
+) -> str:
+    return sign(
+        keys, principal, surface=surface, request_id=rid, token_expires_at=NOW + 600, now=now
+    )
+
+
+def forge(
+    claims: dict[str, Any], header: dict[str, Any] | None = None, secret: bytes | None = None
+) -> str:
+    """Sign arbitrary claims with k1's real secret, to test the claim checks behind the MAC."""
+    head = b64(json.dumps(header or {"alg": "HS256", "kid": "k1", "typ": "JWT"}).encode())
+    body = b64(json.dumps(claims).encode())
+    key = secret if secret is not None else KEYS.keys[0][1]
+    mac = hmac.new(key, f"{head}.{body}".encode(), hashlib.sha256).digest()
+    return f"{head}.{body}.{b64(mac)}"
+
+
+def claims_of(token: str) -> dict[str, Any]:
+    payload = token.split(".")[1]
+    decoded: dict[str, Any] = json.loads(
+        base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+    )
+    return decoded
+
+
+def test_round_trip_returns_the_signed_principal() -> None:
+    """A freshly signed assertion verifies to the same principal, surface and request."""
+    result = verify(KEYS, mint(), request_id="req-1", surface="a2a", now=NOW + 1)
+    assert result.principal == DELEGATED
+    assert (result.surface, result.request_id, result.token_expires_at) == (
+        "a2a",
+        "req-1",
+        NOW + 600,
+    )
+    assert result.expires_at - result.issued_at == assertion.LIFETIME_SECONDS
+
+
+def test_claims_match_the_design_table() -> None:
+    """The payload carries exactly the claims DESIGN's table lists."""
+    claims = claims_of(mint())
+    assert set(claims) == {
+        "iss",
+        "aud",
+        "iat",
+        "exp",
+        "rid",
+        "surface",
+        "kind",
+        "sub",
+        "client",
+        "agent",
+        "key",
+        "role",
+        "autonomy",
+        "tok_exp",
+    }
+    assert claims["iss"] == "orrery-authz"
+    assert claims["aud"] == "orrery-a2a-adapter"
+    assert claims["key"] == "delegated:ci-bot:triage-agent:alice"
+
+
+def test_header_names_the_signing_kid() -> None:
+    """The protected header is HS256 with the first key's kid."""
+    head = mint().split(".")[0]
+    header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+    assert header == {"alg": "HS256", "kid": "k1", "typ": "JWT"}
+
+
+def test_absent_assertion_is_refused() -> None:
+    """No header at all is a 401, not an anonymous caller."""
+    with pytest.raises(InvalidAssertion):
+        verify(KEYS, None, request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_wrong_key_is_refused() -> None:
+    """An assertion signed with a key the verifier does not hold is refused."""
+    other = AssertionKeys(((KEYS.keys[0][0], secrets.token_bytes(32)),))
+    with pytest.raises(InvalidAssertion, match="signature"):
+        verify(other, mint(), request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_unknown_kid_is_refused() -> None:
+    """A kid outside the configured set is refused before any MAC is computed."""
+    with pytest.raises(InvalidAssertion, match="unknown key"):
+        verify(KEYS, mint(keys=new_keys("k9")), request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_tampered_payload_is_refused() -> None:
+    """Changing one claim after signing breaks the signature."""
+    head, _, sig = mint().split(".")
+    claims = claims_of(mint())
+    claims["autonomy"] = "L3"
+    claims["kind"] = "human"
+    tampered = f"{head}.{b64(json.dumps(claims).encode())}.{sig}"
+    with pytest.raises(InvalidAssertion, match="signature"):
+        verify(KEYS, tampered, request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_expired_assertion_is_refused() -> None:
+    """An assertion past exp (plus the small leeway) is refused as expired."""
+    late = NOW + assertion.LIFETIME_SECONDS + assertion.CLOCK_LEEWAY_SECONDS
+    with pytest.raises(AssertionExpired):
+        verify(KEYS, mint(), request_id="req-1", surface="a2a", now=late)
+
+
+def test_future_assertion_is_refused() -> None:
+    """An assertion issued beyond the leeway in the future is refused."""
+    with pytest.raises(InvalidAssertion, match="future"):
+        verify(KEYS, mint(now=NOW + 60), request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_wrong_request_id_is_refused() -> None:
+    """An assertion replayed on another request (another x-request-id) is refused."""
+    with pytest.raises(InvalidAssertion, match="another request"):
+        verify(KEYS, mint(rid="req-1"), request_id="req-2", surface="a2a", now=NOW)
+
+
+def test_missing_request_id_is_refused() -> None:
+    """Without an x-request-id to bind to, no assertion is accepted."""
+    with pytest.raises(InvalidAssertion, match="another request"):
+        verify(KEYS, mint(), request_id=None, surface="a2a", now=NOW)
+
+
+def test_wrong_surface_is_refused() -> None:
+    """An a2a assertion is no good on the approvals surface."""
+    with pytest.raises(InvalidAssertion, match="surface"):
+        verify(KEYS, mint(), request_id="req-1", surface="approvals", now=NOW)
+
+
+def test_human_is_refused_on_the_a2a_surface() -> None:
+    """A human principal never appears on the machine surface, even if signed."""
+    with pytest.raises(InvalidAssertion, match="kind"):
+        verify(KEYS, mint(HUMAN, surface="a2a"), request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_machine_is_refused_on_the_approvals_surface() -> None:
+    """Only a human decides approvals."""
+    token = mint(SERVICE, surface="approvals")
+    with pytest.raises(InvalidAssertion, match="kind"):
+        verify(KEYS, token, request_id="req-1", surface="approvals", now=NOW)
+
+
+def test_wrong_audience_is_refused() -> None:
+    """A correctly signed token for another audience is refused."""
+    claims = claims_of(mint())
+    claims["aud"] = "someone-else"
+    with pytest.raises(InvalidAssertion, match="not for this adapter"):
+        verify(KEYS, forge(claims), request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_key_that_differs_from_claims_is_refused() -> None:
+    """A key claim that is not recomputable from the claims is refused."""
+    claims = claims_of(mint())
+    claims["key"] = principal_key("delegated", "ci-bot", "other-agent", "alice")
+    with pytest.raises(InvalidAssertion, match="key does not match"):
+        verify(KEYS, forge(claims), request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_extra_claim_is_refused() -> None:
+    """The claim set is closed: an unexpected claim is refused."""
+    claims = claims_of(mint())
+    claims["admin"] = True
+    with pytest.raises(InvalidAssertion, match="claims"):
+        verify(KEYS, forge(claims), request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_overlong_lifetime_is_refused() -> None:
+    """A signed assertion that claims more than 30 s of life is refused."""
+    claims = claims_of(mint())
+    claims["exp"] = claims["iat"] + 3600
+    with pytest.raises(InvalidAssertion, match="lifetime"):
+        verify(KEYS, forge(claims), request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_boolean_time_is_refused() -> None:
+    """`true` is not an integer time even though Python says bool is an int."""
+    claims = claims_of(mint())
+    claims["tok_exp"] = True
+    with pytest.raises(InvalidAssertion, match="tok_exp"):
+        verify(KEYS, forge(claims), request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_delegated_without_agent_is_refused() -> None:
+    """A delegated principal must name its acting agent."""
+    claims = claims_of(mint())
+    claims["agent"] = ""
+    claims["key"] = principal_key("delegated", "ci-bot", "", "alice")
+    with pytest.raises(InvalidAssertion, match="agent"):
+        verify(KEYS, forge(claims), request_id="req-1", surface="a2a", now=NOW)
+
+
+@pytest.mark.parametrize("alg", ["none", "None", "NONE", "HS512", "RS256", "hs256"])
+def test_other_algorithms_are_refused(alg: str) -> None:
+    """Only HS256 is accepted, whatever the header asks for."""
+    token = forge(claims_of(mint()), header={"alg": alg, "kid": "k1"})
+    with pytest.raises(InvalidAssertion, match="header"):
+        verify(KEYS, token, request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_extra_header_parameter_is_refused() -> None:
+    """Header parameters beyond alg/kid/typ (jwk, crit, …) are refused."""
+    token = forge(claims_of(mint()), header={"alg": "HS256", "kid": "k1", "crit": ["x"]})
+    with pytest.raises(InvalidAssertion, match="header"):
+        verify(KEYS, token, request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_duplicate_json_members_are_refused() -> None:
+    """A payload with a member twice is refused (no parser-differential games)."""
+    head = b64(json.dumps({"alg": "HS256", "kid": "k1"}).encode())
+    raw = json.dumps(claims_of(mint()))[:-1] + ', "kind": "service"}'
+    body = b64(raw.encode())
+    mac = hmac.new(KEYS.keys[0][1], f"{head}.{body}".encode(), hashlib.sha256).digest()
+    with pytest.raises(InvalidAssertion, match="malformed"):
+        verify(KEYS, f"{head}.{body}.{b64(mac)}", request_id="req-1", surface="a2a", now=NOW)
+
+
+@pytest.mark.parametrize("value", ["a.b", "a.b.c.d", "a.b.c d", "x" * 5000, "ä.b.c", "..."])
+def test_malformed_values_are_refused(value: str) -> None:
+    """Anything that is not one compact JWS of bounded size is refused."""
+    with pytest.raises(InvalidAssertion):
+        verify(KEYS, value, request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_rotation_second_key_still_verifies() -> None:
+    """During rotation an assertion signed by the old key verifies with the new key list."""
+    old = new_keys("old")
+    rotated = AssertionKeys(new_keys("new").keys + old.keys)
+    token = mint(keys=old)
+    assert verify(rotated, token, request_id="req-1", surface="a2a", now=NOW).principal == DELEGATED
+    head = claims_of(mint(keys=rotated))
+    assert head["kind"] == "delegated"
+    assert rotated.signing_kid == "new"
+
+
+def test_human_round_trip_on_approvals() -> None:
+    """A human assertion for the approvals surface verifies there."""
+    token = mint(HUMAN, surface="approvals")
+    assert verify(KEYS, token, request_id="req-1", surface="approvals", now=NOW).principal == HUMAN
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("", "no keys"),
+        ("k1", "expected kid=base64url-secret"),
+        ("k1=" + b64(b"short"), "at least 32 bytes"),
+        ("k1=not*base64", "not base64url"),
+        ("k1=" + b64(bytes(32)) + ",k1=" + b64(bytes(32)), "listed twice"),
+        ("bad kid=" + b64(bytes(32)), "expected kid"),
+    ],
+)
+def test_key_spec_errors_name_the_problem(spec: str, problem: str) -> None:
+    """A bad ORRERY_A2A_ASSERTION_KEYS says what is wrong without echoing a secret."""
+    with pytest.raises(ValueError, match=problem):
+        AssertionKeys.parse(spec)
+
+
+def test_keys_repr_hides_secrets() -> None:
+    """Printing the key set shows kids only."""
+    keys = AssertionKeys.parse("k1=" + b64(b"s" * 32))
+    assert "c3Nz" not in repr(keys)
+    assert b"s" * 32 not in repr(keys).encode()
+    assert "k1" in repr(keys)
+
+
+def test_principal_key_is_unambiguous() -> None:
+    """Separators inside components cannot make two identities share a key."""
+    assert principal_key("service", "cx:", "", "y") != principal_key("service", "cx", "", ":y")
+    assert principal_key("service", "a%3A", "", "b") != principal_key("service", "a:", "", "b")
+    assert principal_key("delegated", "c", "a", "s") == "delegated:c:a:s"
