@@ -27,7 +27,9 @@ def services_required() -> bool:
 def _reachable(url: str, default_port: int) -> bool:
     parts = urlsplit(url)
     try:
-        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or default_port), 1):
+        with socket.create_connection(
+            (parts.hostname or "127.0.0.1", parts.port or default_port), 1
+        ):
             return True
     except OSError:
         return False
@@ -39,7 +41,9 @@ def require_service(name: str, url: str, default_port: int) -> str:
         return url
     message = f"{name} is not reachable at {url}"
     if services_required():
-        pytest.fail(f"{message} (ORRERY_TEST_REQUIRE_SERVICES=1: service-backed tests are mandatory)")
+        pytest.fail(
+            f"{message} (ORRERY_TEST_REQUIRE_SERVICES=1: service-backed tests are mandatory)"
+        )
     pytest.skip(f"{message}; start it to run this test")
 
 
