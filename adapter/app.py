@@ -69,6 +69,7 @@ def approvals_base_url(public_url: str) -> str:
 
 
 AGENT = web.AppKey("agent", DefaultRequestHandler)
+GATEWAY = web.AppKey("gateway", AgentGateway)
 METRICS = web.AppKey("metrics", Metrics)
 
 
@@ -132,6 +133,7 @@ def _assemble(
 
     app = web.Application(client_max_size=settings.max_body_bytes)
     app[AGENT] = handler
+    app[GATEWAY] = gateway
     app[METRICS] = metrics
     app.router.add_post("/a2a", dispatcher.handle)
     app.router.add_post("/a2a/", dispatcher.handle)
