@@ -128,7 +128,7 @@ def _assemble(
         max_body_bytes=settings.max_body_bytes,
         drain=drain,
     )
-    approvals = ApprovalsEndpoint(settings.assertion_keys, gateway.confirmations)
+    approvals = ApprovalsEndpoint(settings.assertion_keys, gateway.confirmations, metrics)
     probes = _Probes(stores, limiter, metrics)
 
     app = web.Application(client_max_size=settings.max_body_bytes)

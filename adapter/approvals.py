@@ -38,7 +38,9 @@ from adapter.gateway import (
     DecisionOutcome,
     GateOutcome,
 )
+from adapter.metrics import Metrics
 from adapter.principal import verify_request
+from adapter.responses import refusal_response
 from authz import logs
 from authz.assertion import AssertionKeys
 
@@ -187,13 +189,18 @@ async def _read_decision(request: web.Request) -> Decision:
 class ApprovalsEndpoint:
     """`GET`/`POST /approvals/{action_id}` for the delegating human (approvals surface)."""
 
-    def __init__(self, keys: AssertionKeys, store: ConfirmationStore) -> None:
+    def __init__(self, keys: AssertionKeys, store: ConfirmationStore, metrics: Metrics) -> None:
         self._keys = keys
         self._store = store
+        self._metrics = metrics
 
     async def decide(self, request: web.Request) -> web.StreamResponse:
         """Approve or deny one pending action."""
-        principal = verify_request(self._keys, request.headers, "approvals")
+        try:
+            principal = verify_request(self._keys, request.headers, "approvals")
+        except Refusal as refusal:
+            self._log(request, "decide", refusal.reason)
+            return refusal_response(refusal)
         action_id = request.match_info["action_id"]
         try:
             decision = await _read_decision(request)
@@ -205,24 +212,21 @@ class ApprovalsEndpoint:
                 action_id, subject=principal.subject, decision=decision
             )
         status, message = _ANSWERS[outcome]
-        logs.event(
-            logger,
-            "approval_decision",
-            action_id=action_id,
-            decision=decision,
-            outcome=outcome,
-            principal=principal.key,
-            request_id=request.headers.get("x-request-id"),
-        )
+        self._log(request, "decide", outcome, principal.key, decision)
         return _answer(action_id, outcome, status, message)
 
     async def show(self, request: web.Request) -> web.StreamResponse:
         """What the action is, so the human knows what they approve (args already redacted)."""
-        principal = verify_request(self._keys, request.headers, "approvals")
+        try:
+            principal = verify_request(self._keys, request.headers, "approvals")
+        except Refusal as refusal:
+            self._log(request, "show", refusal.reason)
+            return refusal_response(refusal)
         action_id = request.match_info["action_id"]
         entry = None
         if ACTION_ID.fullmatch(action_id) and principal.kind == "human":
             entry = await self._store.get(action_id, subject=principal.subject)
+        self._log(request, "show", "ok" if entry else "not_found", principal.key)
         if entry is None:
             status, message = _ANSWERS["not_found"]
             return _answer(action_id, "not_found", status, message)
@@ -236,6 +240,26 @@ class ApprovalsEndpoint:
                 "task_id": entry.task_id,
                 "expires_at": _rfc3339(entry.expires_at),
             }
+        )
+
+    def _log(
+        self,
+        request: web.Request,
+        action: str,
+        outcome: str,
+        principal: str | None = None,
+        decision: str | None = None,
+    ) -> None:
+        self._metrics.requests.labels(f"approvals_{action}", outcome).inc()
+        logs.event(
+            logger,
+            "approval_request",
+            action=action,
+            action_id=request.match_info["action_id"][:64],
+            decision=decision,
+            outcome=outcome,
+            principal=principal,
+            request_id=request.headers.get("x-request-id"),
         )
 
 

@@ -54,12 +54,13 @@ from aiohttp import web
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from google.protobuf.message import Message as ProtoMessage
 
-from adapter.errors import BodyTooLarge, Refusal, TooManyInFlight, Unauthenticated
+from adapter.errors import BodyTooLarge, Refusal
 from adapter.executor import SLOT_STATE
 from adapter.limits import Limiter, Slot
 from adapter.messages import check_message
 from adapter.metrics import Metrics
 from adapter.principal import PrincipalUser, verify_request
+from adapter.responses import refusal_response
 from authz import logs
 from authz.assertion import AssertionKeys
 from authz.principal import Principal
@@ -68,8 +69,6 @@ logger = logging.getLogger("adapter.a2a")
 
 SUPPORTED_VERSION = (1, 0)
 VERSION_HEADER = "A2A-Version"
-ORRERY_DOMAIN = "orrery-a2a"
-TOO_MANY_IN_FLIGHT_CODE = -32000  # JSON-RPC "implementation-defined server error" range
 STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask"})
 TURNS = frozenset({"SendMessage", "SendStreamingMessage"})
 PUSH_METHODS = frozenset(
@@ -101,7 +100,6 @@ _INTERRUPTED_OR_TERMINAL = frozenset(
     }
 )
 _JSON = "application/json"
-_WWW_AUTHENTICATE = 'Bearer realm="orrery-a2a"'
 
 RpcId = str | int | None
 
@@ -125,44 +123,6 @@ def error_body(rpc_id: RpcId, error: A2AError) -> dict[str, Any]:
 
 def error_reason(error: A2AError) -> str:
     return str(build_error_details(error)[0]["reason"])
-
-
-def too_many_in_flight_body(refusal: TooManyInFlight) -> dict[str, Any]:
-    """The 429 body: a JSON-RPC error (id null: the body was not read) with ErrorInfo."""
-    return {
-        "jsonrpc": "2.0",
-        "id": None,
-        "error": {
-            "code": TOO_MANY_IN_FLIGHT_CODE,
-            "message": refusal.description,
-            "data": [
-                {
-                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                    "reason": "TOO_MANY_IN_FLIGHT",
-                    "domain": ORRERY_DOMAIN,
-                    "metadata": {
-                        "limit": str(refusal.limit),
-                        "retry_after": str(refusal.retry_after),
-                    },
-                }
-            ],
-        },
-    }
-
-
-def refusal_response(refusal: Refusal) -> web.Response:
-    """HTTP-level refusals: 401 with a Bearer challenge, 429 with Retry-After, others as JSON."""
-    headers: dict[str, str] = {}
-    if isinstance(refusal, TooManyInFlight):
-        headers["Retry-After"] = str(refusal.retry_after)
-        body: dict[str, Any] = too_many_in_flight_body(refusal)
-    else:
-        body = {"error": refusal.reason, "error_description": refusal.description}
-        if isinstance(refusal, Unauthenticated):
-            headers["WWW-Authenticate"] = _WWW_AUTHENTICATE
-    return web.Response(
-        body=_dumps(body), status=refusal.status, content_type=_JSON, headers=headers
-    )
 
 
 def _version(request: web.Request) -> tuple[int, int] | None:
