@@ -219,3 +219,21 @@ def status_data(task: pb.Task) -> dict[str, Any]:
 
 
 Sender = Callable[[Principal, str], Awaitable[pb.Task]]
+
+
+@asynccontextmanager
+async def fresh_schema(database_url: str) -> AsyncIterator[str]:
+    """A PostgreSQL schema of the caller's own, dropped afterwards (concurrent runs never collide)."""
+    import secrets
+
+    import asyncpg
+
+    name = "test_a2a_" + secrets.token_hex(6)
+    try:
+        yield name
+    finally:
+        connection = await asyncpg.connect(database_url)
+        try:
+            await connection.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        finally:
+            await connection.close()

@@ -1,0 +1,224 @@
+"""Task and confirmation stores: the same owner-scoping contract in memory and in PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from a2a.server.context import ServerCallContext
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import InvalidParamsError
+from google.protobuf import timestamp_pb2
+
+from adapter.postgres import PostgresStores
+from adapter.principal import PrincipalUser
+from adapter.task_store import BoundedTaskStore
+from tests.adapter.conftest import delegated, fresh_schema
+
+ALICE = ServerCallContext(user=PrincipalUser(delegated("bot", "alice")))
+BOB = ServerCallContext(user=PrincipalUser(delegated("bot", "bob")))
+
+
+def task(
+    seconds: int,
+    context_id: str = "ctx",
+    state: int = pb.TASK_STATE_COMPLETED,
+    task_id: str | None = None,
+) -> pb.Task:
+    stamp = timestamp_pb2.Timestamp(seconds=seconds)
+    return pb.Task(
+        id=task_id or uuid.uuid4().hex,
+        context_id=context_id,
+        status=pb.TaskStatus(state=state, timestamp=stamp),
+    )  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str | None:
+    """None for the memory store, the database URL for PostgreSQL."""
+    if request.param == "memory":
+        return None
+    return str(request.getfixturevalue("database_url"))
+
+
+@pytest.fixture
+async def store(backend: str | None) -> AsyncIterator[Any]:
+    if backend is None:
+        yield BoundedTaskStore()
+        return
+    async with fresh_schema(backend) as schema:
+        stores = await PostgresStores.open(backend, schema)
+        try:
+            yield stores.tasks
+        finally:
+            await stores.close()
+
+
+async def test_get_is_owner_scoped(store: Any) -> None:
+    """Another owner's task reads as missing."""
+    saved = task(10)
+    await store.save(saved, ALICE)
+    assert (await store.get(saved.id, ALICE)) == saved
+    assert await store.get(saved.id, BOB) is None
+
+
+async def test_returned_tasks_are_copies(store: Any) -> None:
+    """Mutating a returned task does not change the stored one."""
+    saved = task(10)
+    await store.save(saved, ALICE)
+    got = await store.get(saved.id, ALICE)
+    got.status.state = pb.TASK_STATE_FAILED
+    assert (await store.get(saved.id, ALICE)).status.state == pb.TASK_STATE_COMPLETED
+
+
+async def test_save_cannot_overwrite_another_owners_task(store: Any) -> None:
+    """A save under another owner with the same id never changes the first owner's task."""
+    saved = task(10)
+    await store.save(saved, ALICE)
+    forged = task(20, task_id=saved.id, state=pb.TASK_STATE_FAILED)
+    await store.save(forged, BOB)
+    assert (await store.get(saved.id, ALICE)) == saved
+
+
+async def test_delete_is_owner_scoped(store: Any) -> None:
+    """Deleting someone else's task does nothing."""
+    saved = task(10)
+    await store.save(saved, ALICE)
+    await store.delete(saved.id, BOB)
+    assert await store.get(saved.id, ALICE) is not None
+    await store.delete(saved.id, ALICE)
+    assert await store.get(saved.id, ALICE) is None
+
+
+async def test_list_pages_newest_first_with_owner_totals(store: Any) -> None:
+    """Pages run newest first; totals and tokens only know the caller's tasks."""
+    mine = [task(seconds) for seconds in (10, 30, 20, 40, 50)]
+    for saved in mine:
+        await store.save(saved, ALICE)
+    await store.save(task(35), BOB)
+    seen: list[str] = []
+    token = ""
+    while True:
+        page = await store.list(pb.ListTasksRequest(page_size=2, page_token=token), ALICE)
+        assert page.total_size == 5 and page.page_size == 2
+        seen += [t.id for t in page.tasks]
+        token = page.next_page_token
+        if not token:
+            break
+    expected = [t.id for t in sorted(mine, key=lambda t: t.status.timestamp.seconds, reverse=True)]
+    assert seen == expected
+
+
+async def test_equal_timestamps_are_ordered_by_id(store: Any) -> None:
+    """Ties on the timestamp are broken by id (descending), the same in both stores."""
+    tied = [task(10, task_id=f"task-{c}") for c in "bAa_Z"]
+    for saved in tied:
+        await store.save(saved, ALICE)
+    page = await store.list(pb.ListTasksRequest(), ALICE)
+    assert [t.id for t in page.tasks] == sorted((t.id for t in tied), reverse=True)
+
+
+async def test_list_filters(store: Any) -> None:
+    """contextId, status and statusTimestampAfter filter before counting."""
+    await store.save(task(10, "c1"), ALICE)
+    await store.save(task(20, "c2", pb.TASK_STATE_INPUT_REQUIRED), ALICE)
+    await store.save(task(30, "c1", pb.TASK_STATE_INPUT_REQUIRED), ALICE)
+    by_context = await store.list(pb.ListTasksRequest(context_id="c1"), ALICE)
+    by_state = await store.list(pb.ListTasksRequest(status=pb.TASK_STATE_INPUT_REQUIRED), ALICE)
+    after = pb.ListTasksRequest(status_timestamp_after=timestamp_pb2.Timestamp(seconds=20))
+    recent = await store.list(after, ALICE)
+    assert (by_context.total_size, by_state.total_size, recent.total_size) == (2, 2, 2)
+
+
+async def test_bad_page_token_is_invalid_params(store: Any) -> None:
+    """A token that does not decode is -32602."""
+    with pytest.raises(InvalidParamsError):
+        await store.list(pb.ListTasksRequest(page_token="!!"), ALICE)
+
+
+async def test_memory_store_drops_idle_tasks() -> None:
+    """A task not touched for the idle TTL is gone."""
+    now = [0.0]
+    store = BoundedTaskStore(idle_ttl=3600, clock=lambda: now[0])
+    old, fresh = task(1), task(2)
+    await store.save(old, ALICE)
+    now[0] = 1800
+    await store.save(fresh, ALICE)
+    now[0] = 3601
+    assert await store.get(old.id, ALICE) is None
+    assert await store.get(fresh.id, ALICE) is not None
+    assert (await store.list(pb.ListTasksRequest(), ALICE)).total_size == 1
+
+
+async def test_memory_store_keeps_at_most_max_tasks() -> None:
+    """Over the cap the least recently used task goes first."""
+    store = BoundedTaskStore(max_tasks=3)
+    tasks = [task(i) for i in range(3)]
+    for saved in tasks:
+        await store.save(saved, ALICE)
+    await store.get(tasks[0].id, ALICE)  # touch: now tasks[1] is the oldest
+    await store.save(task(9), BOB)
+    assert await store.count() == 3
+    assert await store.get(tasks[1].id, ALICE) is None
+    assert await store.get(tasks[0].id, ALICE) is not None
+
+
+async def test_postgres_confirmations_follow_the_rules(database_url: str) -> None:
+    """Decide once, only by the subject; consume once, only by the owner; expiry wins."""
+    now = [1000.0]
+    async with fresh_schema(database_url) as schema:
+        stores = await PostgresStores.open(database_url, schema, clock=lambda: now[0])
+        try:
+            await _confirmation_rules(stores, now)
+        finally:
+            await stores.close()
+
+
+async def _confirmation_rules(stores: PostgresStores, now: list[float]) -> None:
+    store = stores.confirmations
+    entry = await store.propose(
+        owner="k1",
+        subject="alice",
+        session_id="s",
+        task_id="t",
+        tool="restart_service",
+        args={"service": "x"},
+        level="L3",
+        ttl=60,
+    )
+    assert await store.get(entry.action_id, subject="bob") is None
+    assert await store.decide(entry.action_id, subject="bob", decision="approve") == "not_found"
+    assert await store.consume(entry.action_id, owner="k1") == "pending"
+    assert await store.decide(entry.action_id, subject="alice", decision="approve") == "approved"
+    assert await store.decide(entry.action_id, subject="alice", decision="deny") == (
+        "already_decided"
+    )
+    assert await store.consume(entry.action_id, owner="k2") == "not_found"
+    assert await store.consume(entry.action_id, owner="k1") == "approved"
+    assert await store.consume(entry.action_id, owner="k1") == "consumed"
+    late = await store.propose(
+        owner="k1",
+        subject="alice",
+        session_id="s",
+        task_id="t2",
+        tool="restart_service",
+        args={},
+        level="L3",
+        ttl=60,
+    )
+    now[0] += 61
+    assert await store.decide(late.action_id, subject="alice", decision="approve") == "expired"
+    assert (await store.get(late.action_id, subject="alice")).status == "expired"
+
+
+async def test_schema_creation_is_safe_when_replicas_start_together(database_url: str) -> None:
+    """Two replicas opening the same fresh schema at once both succeed."""
+    async with fresh_schema(database_url) as schema:
+        opened = await asyncio.gather(
+            PostgresStores.open(database_url, schema), PostgresStores.open(database_url, schema)
+        )
+        for stores in opened:
+            await stores.close()
