@@ -223,7 +223,7 @@ Sender = Callable[[Principal, str], Awaitable[pb.Task]]
 
 @asynccontextmanager
 async def fresh_schema(database_url: str) -> AsyncIterator[str]:
-    """A PostgreSQL schema of the caller's own, dropped afterwards (concurrent runs never collide)."""
+    """A PostgreSQL schema of the caller's own, dropped afterwards (no collisions)."""
     import secrets
 
     import asyncpg

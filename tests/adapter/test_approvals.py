@@ -16,7 +16,6 @@ from adapter.gateway import REDACTED, redact
 from authz.principal import Principal
 from tests.adapter.conftest import (
     Server,
-    assertion_headers,
     delegated,
     human,
     running,
@@ -56,7 +55,7 @@ async def resume(
 
 
 async def test_input_required_carries_text_and_the_action(server: Server) -> None:
-    """The status message has a text part and {action_id, tool, args, level, expires_at, approve_url}."""
+    """The status has a text part and {action_id, tool, args, level, expires_at, approve_url}."""
     task, data = await propose(server)
     assert "approval" in status_text(task)
     assert set(data) == {"action_id", "tool", "args", "level", "expires_at", "approve_url"}
@@ -180,7 +179,7 @@ async def test_service_principal_never_reaches_approval(server: Server) -> None:
     assert all(p.WhichOneof("content") == "text" for p in task.status.message.parts)
     store = server.gateway.confirmations
     assert isinstance(store, MemoryConfirmationStore)
-    assert store._entries == {}  # noqa: SLF001 - nothing was proposed
+    assert store._entries == {}
 
 
 async def test_delegated_below_l3_is_refused(server: Server) -> None:

@@ -396,11 +396,13 @@ async def test_client_disconnect_lets_the_turn_finish_and_free_its_slot(server: 
     server.gateway.hold = asyncio.Event()
     body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": message()}
     headers = {"A2A-Version": "1.0", **assertion_headers(ALICE_BOT)}
-    async with httpx.AsyncClient(base_url=server.base) as http:
-        async with http.stream("POST", "/a2a", json=body, headers=headers) as response:
-            async for line in response.aiter_lines():
-                if line.startswith("data: "):
-                    break
+    async with (
+        httpx.AsyncClient(base_url=server.base) as http,
+        http.stream("POST", "/a2a", json=body, headers=headers) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                break
     server.gateway.hold.set()
     for _ in range(100):
         metrics = (await (server.http(None)).get("/metrics")).text
