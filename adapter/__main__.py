@@ -6,9 +6,16 @@ Logs one JSON `serving` event with the bound address once ready (so a parent can
 
 from __future__ import annotations
 
+import os
+
+# The a2a-sdk wraps every handler, store and queue call in OpenTelemetry spans, decided when
+# `a2a.utils.telemetry` is first imported. This process installs no tracer, so those no-op spans
+# are pure cost (about 30% of SendMessage throughput, measured with bench/adapter_bench.py). Off
+# unless the operator sets the SDK's own switch explicitly. Must run before `a2a` is imported.
+os.environ.setdefault("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")
+
 import asyncio
 import logging
-import os
 import signal
 import sys
 

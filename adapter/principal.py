@@ -28,10 +28,11 @@ REQUEST_ID_HEADER = "x-request-id"
 class PrincipalUser(User):
     """The SDK's view of a verified principal: `user_name` is the principal key (the owner)."""
 
-    __slots__ = ("principal",)
+    __slots__ = ("_key", "principal")
 
     def __init__(self, principal: Principal) -> None:
         self.principal = principal
+        self._key = principal.key  # computed once: stores ask for the owner on every call
 
     @property
     def is_authenticated(self) -> bool:
@@ -39,7 +40,7 @@ class PrincipalUser(User):
 
     @property
     def user_name(self) -> str:
-        return self.principal.key
+        return self._key
 
 
 def _single(headers: CIMultiDictProxy[str], name: str) -> str | None:
@@ -71,7 +72,7 @@ def owner_of(context: ServerCallContext) -> str:
         # Every context the dispatcher builds carries a PrincipalUser; anything else is a bug
         # that must not fall back to the SDK's shared anonymous owner "".
         raise PermissionError("call context has no verified principal")
-    return user.principal.key
+    return user.user_name
 
 
 def principal_of(context: ServerCallContext) -> Principal:
