@@ -26,7 +26,6 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from aiohttp import web
 
@@ -37,12 +36,14 @@ from adapter.gateway import (
     Decision,
     DecisionOutcome,
     GateOutcome,
+    Proposal,
 )
 from adapter.metrics import Metrics
 from adapter.principal import verify_request
 from adapter.responses import refusal_response
 from authz import logs
 from authz.assertion import AssertionKeys
+from authz.principal import Principal
 
 logger = logging.getLogger("adapter.approvals")
 
@@ -89,32 +90,21 @@ class MemoryConfirmationStore:
         while len(self._entries) >= self._max_entries:
             del self._entries[next(iter(self._entries))]
 
-    async def propose(
-        self,
-        *,
-        owner: str,
-        subject: str,
-        session_id: str,
-        task_id: str,
-        tool: str,
-        args: Mapping[str, Any],
-        level: str,
-        ttl: float,
-    ) -> Confirmation:
+    async def propose(self, proposal: Proposal) -> Confirmation:
         now = self._clock()
         self._sweep(now)
         entry = Confirmation(
             action_id=new_action_id(),
-            owner=owner,
-            subject=subject,
-            session_id=session_id,
-            task_id=task_id,
-            tool=tool,
-            args=dict(args),
-            level=level,
+            owner=proposal.owner,
+            subject=proposal.subject,
+            session_id=proposal.session_id,
+            task_id=proposal.task_id,
+            tool=proposal.tool,
+            args=dict(proposal.args),
+            level=proposal.level,
             status="pending",
             created_at=now,
-            expires_at=now + ttl,
+            expires_at=now + proposal.ttl,
         )
         self._entries[entry.action_id] = entry
         return entry
@@ -194,13 +184,19 @@ class ApprovalsEndpoint:
         self._store = store
         self._metrics = metrics
 
+    def _human(self, request: web.Request, action: str) -> Principal | web.Response:
+        """The verified human on the approvals surface, or the 401 to answer."""
+        try:
+            return verify_request(self._keys, request.headers, "approvals")
+        except Refusal as refusal:
+            self._log(request, action, refusal.reason)
+            return refusal_response(refusal)
+
     async def decide(self, request: web.Request) -> web.StreamResponse:
         """Approve or deny one pending action."""
-        try:
-            principal = verify_request(self._keys, request.headers, "approvals")
-        except Refusal as refusal:
-            self._log(request, "decide", refusal.reason)
-            return refusal_response(refusal)
+        principal = self._human(request, "decide")
+        if isinstance(principal, web.Response):
+            return principal
         action_id = request.match_info["action_id"]
         try:
             decision = await _read_decision(request)
@@ -217,11 +213,9 @@ class ApprovalsEndpoint:
 
     async def show(self, request: web.Request) -> web.StreamResponse:
         """What the action is, so the human knows what they approve (args already redacted)."""
-        try:
-            principal = verify_request(self._keys, request.headers, "approvals")
-        except Refusal as refusal:
-            self._log(request, "show", refusal.reason)
-            return refusal_response(refusal)
+        principal = self._human(request, "show")
+        if isinstance(principal, web.Response):
+            return principal
         action_id = request.match_info["action_id"]
         entry = None
         if ACTION_ID.fullmatch(action_id) and principal.kind == "human":

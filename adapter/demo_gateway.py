@@ -22,6 +22,7 @@ from adapter.gateway import (
     ConfirmationStore,
     GatewayContext,
     Pending,
+    Proposal,
     Reply,
     Specialist,
     Turn,
@@ -135,14 +136,16 @@ class DemoGateway:
                 True,
             )
         confirmation = await self._confirmations.propose(
-            owner=turn.principal.key,
-            subject=turn.principal.subject,
-            session_id=turn.session_id,
-            task_id=turn.task_id,
-            tool=f"{verb}_service",
-            args=redact({"service": service, "requested": turn.text}),
-            level="L3",
-            ttl=self._approval_ttl,
+            Proposal(
+                owner=turn.principal.key,
+                subject=turn.principal.subject,
+                session_id=turn.session_id,
+                task_id=turn.task_id,
+                tool=f"{verb}_service",
+                args=redact({"service": service, "requested": turn.text}),
+                level="L3",
+                ttl=self._approval_ttl,
+            )
         )
         return Pending(
             confirmation=confirmation,

@@ -82,6 +82,20 @@ class Confirmation:
 
 
 @dataclass(frozen=True, slots=True)
+class Proposal:
+    """A guarded action a gateway wants a human to decide (`args` redacted by the gateway)."""
+
+    owner: str  # principal key of the proposing agent: only its turns may consume the approval
+    subject: str  # the delegating human: the only one who may decide
+    session_id: str
+    task_id: str
+    tool: str
+    args: Mapping[str, Any]
+    level: str
+    ttl: float  # seconds until both the decision and the consumption expire
+
+
+@dataclass(frozen=True, slots=True)
 class Pending:
     """The turn stopped at a guarded action; the task goes to input-required."""
 
@@ -96,18 +110,7 @@ class ConfirmationStore(Protocol):
     def shared(self) -> bool:
         """True when every replica sees the same confirmations."""
 
-    async def propose(
-        self,
-        *,
-        owner: str,
-        subject: str,
-        session_id: str,
-        task_id: str,
-        tool: str,
-        args: Mapping[str, Any],
-        level: str,
-        ttl: float,
-    ) -> Confirmation:
+    async def propose(self, proposal: Proposal) -> Confirmation:
         """Record a new pending action; its id is unguessable."""
 
     async def get(self, action_id: str, *, subject: str) -> Confirmation | None:

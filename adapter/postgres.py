@@ -22,7 +22,7 @@ from a2a.server.tasks import TaskStore
 from a2a.types import a2a_pb2 as pb
 
 from adapter.approvals import new_action_id
-from adapter.gateway import Confirmation, Decision, DecisionOutcome, GateOutcome
+from adapter.gateway import Confirmation, Decision, DecisionOutcome, GateOutcome, Proposal
 from adapter.principal import owner_of
 from adapter.task_store import ListQuery, page_response, sort_key
 
@@ -172,18 +172,7 @@ class PostgresConfirmationStore:
         self._a = f"{schema}.approvals"
         self._clock = clock
 
-    async def propose(
-        self,
-        *,
-        owner: str,
-        subject: str,
-        session_id: str,
-        task_id: str,
-        tool: str,
-        args: Mapping[str, Any],
-        level: str,
-        ttl: float,
-    ) -> Confirmation:
+    async def propose(self, proposal: Proposal) -> Confirmation:
         now = self._clock()
         row = await self._pool.fetchrow(
             f"""INSERT INTO {self._a} (action_id, owner, subject, session_id, task_id, tool,
@@ -191,15 +180,15 @@ class PostgresConfirmationStore:
                 VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, 'pending', $9, $10)
                 RETURNING *""",  # noqa: S608
             new_action_id(),
-            owner,
-            subject,
-            session_id,
-            task_id,
-            tool,
-            json.dumps(dict(args)),
-            level,
+            proposal.owner,
+            proposal.subject,
+            proposal.session_id,
+            proposal.task_id,
+            proposal.tool,
+            json.dumps(dict(proposal.args)),
+            proposal.level,
             now,
-            now + ttl,
+            now + proposal.ttl,
         )
         return _confirmation(row)
 

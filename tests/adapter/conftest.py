@@ -23,12 +23,23 @@ from a2a.types import a2a_pb2 as pb
 from aiohttp import web
 
 from adapter.app import GATEWAY, bind, make_app, start
+from adapter.gateway import Proposal
 from adapter.settings import AdapterSettings
 from authz.assertion import AssertionKeys, sign
 from authz.principal import Autonomy, Principal, Surface
 from tests.adapter.fakes import RecordingGateway
 
 FAKE_GATEWAY = "tests.adapter.fakes:create"
+PROPOSAL = Proposal(
+    owner="k1",
+    subject="alice",
+    session_id="s",
+    task_id="t",
+    tool="restart_service",
+    args={"service": "x"},
+    level="L3",
+    ttl=60,
+)
 
 
 def new_keys_spec() -> str:

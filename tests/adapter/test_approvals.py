@@ -15,6 +15,7 @@ from adapter.approvals import MemoryConfirmationStore
 from adapter.gateway import REDACTED, redact
 from authz.principal import Principal
 from tests.adapter.conftest import (
+    PROPOSAL,
     Server,
     delegated,
     human,
@@ -243,16 +244,7 @@ async def test_memory_store_gate_is_bound_to_the_owner() -> None:
     """consume() by another owner finds nothing; the owner consumes exactly once."""
     now = [1000.0]
     store = MemoryConfirmationStore(clock=lambda: now[0])
-    entry = await store.propose(
-        owner="k1",
-        subject="alice",
-        session_id="s",
-        task_id="t",
-        tool="restart_service",
-        args={},
-        level="L3",
-        ttl=60,
-    )
+    entry = await store.propose(PROPOSAL)
     assert await store.decide(entry.action_id, subject="alice", decision="approve") == "approved"
     assert await store.consume(entry.action_id, owner="k2") == "not_found"
     assert await store.consume(entry.action_id, owner="k1") == "approved"
@@ -263,16 +255,7 @@ async def test_memory_store_approval_expires_before_consumption() -> None:
     """An approval not consumed before expires_at is expired, not runnable."""
     now = [1000.0]
     store = MemoryConfirmationStore(clock=lambda: now[0])
-    entry = await store.propose(
-        owner="k1",
-        subject="alice",
-        session_id="s",
-        task_id="t",
-        tool="restart_service",
-        args={},
-        level="L3",
-        ttl=60,
-    )
+    entry = await store.propose(PROPOSAL)
     await store.decide(entry.action_id, subject="alice", decision="approve")
     now[0] += 61
     assert await store.consume(entry.action_id, owner="k1") == "expired"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,7 +17,7 @@ from google.protobuf import timestamp_pb2
 from adapter.postgres import PostgresStores
 from adapter.principal import PrincipalUser
 from adapter.task_store import BoundedTaskStore
-from tests.adapter.conftest import delegated, fresh_schema
+from tests.adapter.conftest import PROPOSAL, delegated, fresh_schema
 
 ALICE = ServerCallContext(user=PrincipalUser(delegated("bot", "alice")))
 BOB = ServerCallContext(user=PrincipalUser(delegated("bot", "bob")))
@@ -179,16 +180,7 @@ async def test_postgres_confirmations_follow_the_rules(database_url: str) -> Non
 
 async def _confirmation_rules(stores: PostgresStores, now: list[float]) -> None:
     store = stores.confirmations
-    entry = await store.propose(
-        owner="k1",
-        subject="alice",
-        session_id="s",
-        task_id="t",
-        tool="restart_service",
-        args={"service": "x"},
-        level="L3",
-        ttl=60,
-    )
+    entry = await store.propose(PROPOSAL)
     assert await store.get(entry.action_id, subject="bob") is None
     assert await store.decide(entry.action_id, subject="bob", decision="approve") == "not_found"
     assert await store.consume(entry.action_id, owner="k1") == "pending"
@@ -199,16 +191,7 @@ async def _confirmation_rules(stores: PostgresStores, now: list[float]) -> None:
     assert await store.consume(entry.action_id, owner="k2") == "not_found"
     assert await store.consume(entry.action_id, owner="k1") == "approved"
     assert await store.consume(entry.action_id, owner="k1") == "consumed"
-    late = await store.propose(
-        owner="k1",
-        subject="alice",
-        session_id="s",
-        task_id="t2",
-        tool="restart_service",
-        args={},
-        level="L3",
-        ttl=60,
-    )
+    late = await store.propose(dataclasses.replace(PROPOSAL, task_id="t2"))
     now[0] += 61
     assert await store.decide(late.action_id, subject="alice", decision="approve") == "expired"
     assert (await store.get(late.action_id, subject="alice")).status == "expired"
