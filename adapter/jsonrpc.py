@@ -370,6 +370,10 @@ class Dispatcher:
         outcome = "ok"
         try:
             await response.prepare(request)
+            if isinstance(first, pb.TaskStatusUpdateEvent | pb.TaskArtifactUpdateEvent):
+                # A follow-up on an existing task: the SDK starts with the update, but a task
+                # stream MUST begin with the Task (spec 3.1.2), so lead with its snapshot.
+                await self._snapshot(response, call, first.task_id)
             if first is not None:
                 outcome = await self._pump(response, call, events, first)
             await response.write_eof()
@@ -411,7 +415,7 @@ class Dispatcher:
                 pending.cancel()
                 with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
                     await pending
-                await self._final_snapshot(response, call, task_id)
+                await self._snapshot(response, call, task_id)
                 return "drained"
             try:
                 event = pending.result()
@@ -427,8 +431,8 @@ class Dispatcher:
                 await self._write(response, error_body(call.rpc_id, InternalError()), event="error")
                 return "INTERNAL_ERROR"
 
-    async def _final_snapshot(self, response: web.StreamResponse, call: Call, task_id: str) -> None:
-        """The server is going away: end the stream with the task as it stands now."""
+    async def _snapshot(self, response: web.StreamResponse, call: Call, task_id: str) -> None:
+        """Send the task as it stands now (a stream's first event, or its last at shutdown)."""
         try:
             task = await self._handler.on_get_task(pb.GetTaskRequest(id=task_id), call.context)
         except A2AError as error:

@@ -205,7 +205,10 @@ async def send(client: Client, request: pb.SendMessageRequest) -> pb.Task:
         elif kind == "status_update" and task is not None:
             task.status.CopyFrom(response.status_update.status)
         elif kind == "artifact_update" and task is not None:
-            task.artifacts.append(response.artifact_update.artifact)
+            artifact = response.artifact_update.artifact
+            kept = [a for a in task.artifacts if a.artifact_id != artifact.artifact_id]
+            del task.artifacts[:]
+            task.artifacts.extend([*kept, artifact])
     assert task is not None
     return task
 

@@ -223,6 +223,16 @@ async def test_stream_events_are_full_responses_with_the_request_id(server: Serv
     assert events[-1]["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
+async def test_follow_up_stream_begins_with_the_task(server: Server) -> None:
+    """Spec 3.1.2: a streamed follow-up on an existing task starts with the Task, then updates."""
+    task = await new_task(server, "restart checkout")
+    follow_up = message("still there?", taskId=task["id"], contextId=task["contextId"])
+    response = await server.rpc(ALICE_BOT, "SendStreamingMessage", follow_up)
+    events = sse_events(response.text)
+    assert events[0]["result"]["task"]["id"] == task["id"]
+    assert "statusUpdate" in events[-1]["result"]
+
+
 async def test_stream_closes_at_input_required(server: Server) -> None:
     """Trap 7: the stream ends at an interrupted state."""
     response = await server.rpc(ALICE_BOT, "SendStreamingMessage", message("restart checkout"))
