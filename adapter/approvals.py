@@ -166,7 +166,7 @@ async def _read_decision(request: web.Request) -> Decision:
         raise Refusal("decision body is too large")
     try:
         value = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise Refusal("body is not JSON") from None
     if not isinstance(value, dict) or set(value) != {"decision"}:
         raise Refusal('expected {"decision": "approve" | "deny"}')

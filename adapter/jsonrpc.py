@@ -155,7 +155,7 @@ class Call:
 def _envelope(body: bytes) -> tuple[RpcId, str, Any]:
     try:
         value = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
         raise JSONParseError() from None
     if isinstance(value, list):
         raise InvalidRequestError(message="batch requests are not supported")
@@ -186,7 +186,7 @@ def _parse_params(method: str, raw: Any) -> Any:
         raise InvalidParamsError(message="params must be an object")
     try:
         return ParseDict(raw, PARAMS[method](), ignore_unknown_fields=True)
-    except ParseError as exc:
+    except (ParseError, RecursionError) as exc:
         raise InvalidParamsError(data={"parseError": str(exc)[:200]}) from None
 
 

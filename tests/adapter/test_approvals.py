@@ -202,6 +202,18 @@ async def test_bad_decision_body_is_400(server: Server, body: object) -> None:
     assert response.status_code == 400 and response.json()["status"] == "bad_request"
 
 
+async def test_deeply_nested_decision_body_is_400(server: Server) -> None:
+    """A body nested past the JSON parser's limit is a 400, not a server error."""
+    _, data = await propose(server)
+    async with server.http(human("alice"), "approvals") as http:
+        response = await http.post(
+            f"/approvals/{data['action_id']}",
+            content=b"[" * 1000,
+            headers={"Content-Type": "application/json"},
+        )
+    assert response.status_code == 400
+
+
 async def test_decision_needs_an_assertion(server: Server) -> None:
     """No assertion at all: 401 with the Bearer challenge."""
     _, data = await propose(server)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 
 import httpx
@@ -84,6 +86,32 @@ async def test_duplicated_assertion_header_is_401(server: Server) -> None:
                 ("x-request-id", good["x-request-id"]),
                 ("x-orrery-principal", good["x-orrery-principal"]),
                 ("x-orrery-principal", good["x-orrery-principal"]),
+            ],
+        )
+    assert_401(response)
+
+
+async def test_non_ascii_kid_is_401_not_500(server: Server) -> None:
+    """A crafted header with a non-ASCII kid is refused like any forgery (no server error)."""
+
+    def b64(value: object) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    forged = b64({"alg": "HS256", "kid": "\u00e9"}) + "." + b64({"sub": "x"}) + ".AAAA"
+    assert_401(await post(server, {"x-request-id": "r", "x-orrery-principal": forged}))
+
+
+async def test_non_ascii_request_id_is_401_not_500(server: Server) -> None:
+    """A valid assertion with a non-ASCII x-request-id on the request is refused cleanly."""
+    headers = assertion_headers(delegated())
+    async with httpx.AsyncClient(base_url=server.base) as http:
+        response = await http.post(
+            "/a2a",
+            json=CALL,
+            headers=[
+                (b"A2A-Version", b"1.0"),
+                (b"x-orrery-principal", headers["x-orrery-principal"].encode()),
+                (b"x-request-id", "r\u00e9".encode()),
             ],
         )
     assert_401(response)

@@ -124,6 +124,18 @@ async def test_bad_json_is_32700(server: Server) -> None:
     assert response.json()["id"] is None
 
 
+@pytest.mark.parametrize("depth", [60, 900, 20000])
+async def test_deeply_nested_json_is_refused_cleanly(server: Server, depth: int) -> None:
+    """Nesting deeper than the parsers allow is a JSON-RPC error, never a 500."""
+    metadata = '{"a":' * depth + "1" + "}" * depth
+    body = (
+        '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m",'
+        '"role":"ROLE_USER","parts":[{"text":"hi"}],"metadata":' + metadata + "}}}"
+    )
+    assert error_of(await raw_post(server, body.encode()))["code"] in (-32700, -32602)
+    assert server.gateway.turns == []
+
+
 @pytest.mark.parametrize(
     "body",
     [
