@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
@@ -101,6 +102,9 @@ _INTERRUPTED_OR_TERMINAL = frozenset(
 )
 _JSON = "application/json"
 
+TRACE_LINK_HEADER = "x-orrery-trace-link"
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
 RpcId = str | int | None
 
 
@@ -123,6 +127,13 @@ def error_body(rpc_id: RpcId, error: A2AError) -> dict[str, Any]:
 
 def error_reason(error: A2AError) -> str:
     return str(build_error_details(error)[0]["reason"])
+
+
+def trace_link(request: web.Request) -> str | None:
+    """The caller's W3C traceparent that authz moved to `x-orrery-trace-link` (a link, never a
+    parent), when well-formed; logged so the adapter's events join the caller's trace."""
+    value = request.headers.get(TRACE_LINK_HEADER, "")
+    return value if _TRACEPARENT.fullmatch(value) else None
 
 
 def _version(request: web.Request) -> tuple[int, int] | None:
@@ -273,6 +284,7 @@ class Dispatcher:
             status=response.status,
             principal=principal.key if principal else None,
             request_id=request.headers.get("x-request-id"),
+            trace_link=trace_link(request),
             duration_ms=round(seconds * 1000, 3),
         )
         return response
