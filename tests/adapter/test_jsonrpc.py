@@ -277,13 +277,26 @@ async def test_concurrent_subscribers_see_the_same_events_in_order(server: Serve
     created = await server.rpc(ALICE_BOT, "SendMessage", params)
     task_id = created.json()["result"]["task"]["id"]
     await server.gateway.started.wait()
-    subscribers = [
-        asyncio.create_task(server.rpc(ALICE_BOT, "SubscribeToTask", {"id": task_id}))
-        for _ in range(2)
-    ]
-    await asyncio.sleep(0.3)
+    attached = [asyncio.Event(), asyncio.Event()]
+
+    async def subscribe(ready: asyncio.Event) -> list[dict[str, Any]]:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task_id}}
+        headers = {"A2A-Version": "1.0", **assertion_headers(ALICE_BOT)}
+        events = []
+        async with (
+            httpx.AsyncClient(base_url=server.base, timeout=60) as http,
+            http.stream("POST", "/a2a", json=body, headers=headers) as response,
+        ):
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    ready.set()  # the first event (the Task) means this stream is attached
+        return events
+
+    subscribers = [asyncio.create_task(subscribe(ready)) for ready in attached]
+    await asyncio.gather(*(ready.wait() for ready in attached))
     server.gateway.hold.set()
-    streams = [sse_events((await s).text) for s in subscribers]
+    streams = [await s for s in subscribers]
     for events in streams:
         assert events[0]["result"]["task"]["id"] == task_id
         kinds = [next(iter(event["result"])) for event in events[1:]]
@@ -426,7 +439,7 @@ async def test_client_disconnect_lets_the_turn_finish_and_free_its_slot(server: 
             if line.startswith("data: "):
                 break
     server.gateway.hold.set()
-    for _ in range(100):
+    for _ in range(400):
         metrics = (await (server.http(None)).get("/metrics")).text
         if "orrery_a2a_turns_in_flight 0.0" in metrics:
             break
