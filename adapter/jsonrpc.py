@@ -113,14 +113,26 @@ def _dumps(value: Any) -> bytes:
 
 
 def error_body(rpc_id: RpcId, error: A2AError) -> dict[str, Any]:
-    """A JSON-RPC error response with the spec code and `[ErrorInfo]` data."""
+    """A JSON-RPC error response with the spec code and `[ErrorInfo]` data.
+
+    `ErrorInfo.metadata` is `map<string, string>`; the SDK copies its field-validation list into
+    it as well as into a `google.rpc.BadRequest` detail, so the list is dropped from the metadata
+    (BadRequest keeps it) and any other non-string value is JSON-encoded.
+    """
+    details = build_error_details(error)
+    info = details[0]
+    info["metadata"] = {
+        key: value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        for key, value in info["metadata"].items()
+        if not (key == "errors" and len(details) > 1)
+    }
     return {
         "jsonrpc": "2.0",
         "id": rpc_id,
         "error": {
             "code": JSON_RPC_ERROR_CODE_MAP.get(type(error), -32603),
             "message": error.message,
-            "data": build_error_details(error),
+            "data": details,
         },
     }
 

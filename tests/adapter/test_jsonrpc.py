@@ -68,6 +68,15 @@ async def test_missing_required_field_is_invalid_params(server: Server) -> None:
     assert error_of(await server.rpc(ALICE_BOT, "GetTask", {}))["code"] == -32602
 
 
+async def test_error_info_metadata_is_a_string_map(server: Server) -> None:
+    """ErrorInfo.metadata stays map<string,string>; field violations go in google.rpc.BadRequest."""
+    error = error_of(await server.rpc(ALICE_BOT, "GetTask", {}))
+    info, bad_request = error["data"]
+    assert all(isinstance(value, str) for value in info["metadata"].values())
+    assert bad_request["@type"] == "type.googleapis.com/google.rpc.BadRequest"
+    assert bad_request["fieldViolations"][0]["field"] == "id"
+
+
 async def test_wrong_param_type_is_invalid_params(server: Server) -> None:
     """A params value of the wrong JSON type is -32602, not a server error."""
     error = error_of(await server.rpc(ALICE_BOT, "GetTask", {"id": {"nested": 1}}))
