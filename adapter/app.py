@@ -52,7 +52,9 @@ async def open_stores(settings: AdapterSettings) -> Stores:
     if settings.database_url:
         from adapter.postgres import PostgresStores
 
-        shared = await PostgresStores.open(settings.database_url, settings.db_schema)
+        shared = await PostgresStores.open(
+            settings.database_url, settings.db_schema, idle_ttl=settings.task_idle_ttl
+        )
         return Stores(shared.tasks, shared.confirmations, shared.close)
     tasks = BoundedTaskStore(max_tasks=settings.max_tasks, idle_ttl=settings.task_idle_ttl)
 

@@ -11,7 +11,10 @@ so a decision or a consumption happens once even with replicas racing.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -25,8 +28,12 @@ from adapter.approvals import new_action_id
 from adapter.gateway import Confirmation, Decision, DecisionOutcome, GateOutcome, Proposal
 from adapter.principal import owner_of
 from adapter.task_store import ListQuery, page_response, sort_key
+from authz import logs
+
+logger = logging.getLogger("adapter.postgres")
 
 _SCHEMA_LOCK = 0x0A2A_5C4E  # pg_advisory_xact_lock key for schema creation
+_KEEP_SETTLED_SECONDS = 3600.0  # approvals are kept this long after they expire
 
 _DDL = """
 CREATE SCHEMA IF NOT EXISTS {s};
@@ -254,16 +261,32 @@ class PostgresConfirmationStore:
 
 
 class PostgresStores:
-    """The pool and both stores; `open()` creates the schema, `close()` drains the pool."""
+    """The pool and both stores; `open()` creates the schema, `close()` drains the pool.
 
-    def __init__(self, pool: asyncpg.Pool, schema: str, clock: Callable[[], float]) -> None:
+    Like the memory store, PostgreSQL keeps tasks only while they are used: a sweep (every
+    replica, every `min(idle_ttl / 4, 60 s)`; deletes are idempotent) drops tasks not written for
+    `idle_ttl`, and approvals an hour after they expired.
+    """
+
+    def __init__(
+        self, pool: asyncpg.Pool, schema: str, clock: Callable[[], float], idle_ttl: float
+    ) -> None:
         self.pool = pool
         self.tasks = PostgresTaskStore(pool, schema)
         self.confirmations = PostgresConfirmationStore(pool, schema, clock=clock)
+        self._schema = schema
+        self._clock = clock
+        self._idle_ttl = idle_ttl
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="postgres-sweep")
 
     @classmethod
     async def open(
-        cls, url: str, schema: str, *, clock: Callable[[], float] = time.time
+        cls,
+        url: str,
+        schema: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        idle_ttl: float = 3600.0,
     ) -> PostgresStores:
         pool = await asyncpg.create_pool(url, min_size=1, max_size=10, command_timeout=10)
         try:
@@ -273,7 +296,30 @@ class PostgresStores:
         except BaseException:
             await pool.close()
             raise
-        return cls(pool, schema, clock)
+        return cls(pool, schema, clock, idle_ttl)
+
+    async def sweep(self) -> None:
+        """Drop idle tasks and long-settled approvals."""
+        await self.pool.execute(
+            f"DELETE FROM {self._schema}.tasks "  # noqa: S608 - schema is validated
+            "WHERE updated_at < now() - make_interval(secs => $1)",
+            self._idle_ttl,
+        )
+        await self.pool.execute(
+            f"DELETE FROM {self._schema}.approvals WHERE expires_at < $1",  # noqa: S608
+            self._clock() - _KEEP_SETTLED_SECONDS,
+        )
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(min(self._idle_ttl / 4, 60.0))
+            try:
+                await self.sweep()
+            except (asyncpg.PostgresError, OSError, TimeoutError) as exc:  # next time
+                logs.event(logger, "sweep_failed", logging.WARNING, error_type=type(exc).__name__)
 
     async def close(self) -> None:
+        self._sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._sweeper
         await self.pool.close()

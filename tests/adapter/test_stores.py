@@ -197,6 +197,32 @@ async def _confirmation_rules(stores: PostgresStores, now: list[float]) -> None:
     assert (await store.get(late.action_id, subject="alice")).status == "expired"
 
 
+async def test_postgres_sweep_drops_idle_tasks_and_settled_approvals(database_url: str) -> None:
+    """Tasks not written for the idle TTL and approvals long expired are swept away."""
+    now = [1000.0]
+    async with fresh_schema(database_url) as schema:
+        stores = await PostgresStores.open(
+            database_url, schema, clock=lambda: now[0], idle_ttl=3600
+        )
+        try:
+            fresh, idle = task(10), task(20)
+            await stores.tasks.save(idle, ALICE)
+            await stores.pool.execute(
+                f"UPDATE {schema}.tasks SET updated_at = now() - interval '2 hours'"  # noqa: S608
+            )
+            await stores.tasks.save(fresh, ALICE)
+            entry = await stores.confirmations.propose(PROPOSAL)
+            await stores.sweep()
+            assert await stores.tasks.get(idle.id, ALICE) is None
+            assert await stores.tasks.get(fresh.id, ALICE) is not None
+            assert await stores.confirmations.get(entry.action_id, subject="alice") is not None
+            now[0] += 60 + 3600 + 1
+            await stores.sweep()
+            assert await stores.confirmations.get(entry.action_id, subject="alice") is None
+        finally:
+            await stores.close()
+
+
 async def test_schema_creation_is_safe_when_replicas_start_together(database_url: str) -> None:
     """Two replicas opening the same fresh schema at once both succeed."""
     async with fresh_schema(database_url) as schema:
