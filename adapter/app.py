@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from a2a.server.cluster.event_stream import TaskEventStream
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.types import a2a_pb2 as pb
@@ -45,6 +46,7 @@ class Stores:
     tasks: BoundedTaskStore | Any  # BoundedTaskStore or PostgresTaskStore
     confirmations: ConfirmationStore
     close: Callable[[], Awaitable[None]]
+    events: TaskEventStream | None = None  # cross-replica task events (PostgreSQL only)
 
 
 async def open_stores(settings: AdapterSettings) -> Stores:
@@ -55,7 +57,7 @@ async def open_stores(settings: AdapterSettings) -> Stores:
         shared = await PostgresStores.open(
             settings.database_url, settings.db_schema, idle_ttl=settings.task_idle_ttl
         )
-        return Stores(shared.tasks, shared.confirmations, shared.close)
+        return Stores(shared.tasks, shared.confirmations, shared.close, shared.events)
     tasks = BoundedTaskStore(max_tasks=settings.max_tasks, idle_ttl=settings.task_idle_ttl)
 
     async def nothing() -> None:
@@ -118,6 +120,7 @@ def _assemble(
         extended_agent_card=card,
         extended_card_modifier=live_extended_card,
         validate_input_modes=True,
+        event_stream=stores.events,
         interrupted_task_timeout=PARKED_TASK_RELEASE_SECONDS,
     )
     metrics = Metrics()

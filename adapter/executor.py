@@ -23,6 +23,7 @@ import uuid
 from typing import Any
 
 from a2a.server.agent_execution import AgentExecutor, RequestContext, RequestContextBuilder
+from a2a.server.cluster.task_store import StoredTask, VersionedTaskStore
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskStore
@@ -178,7 +179,7 @@ class GatewayExecutor(AgentExecutor):
 class TaskContextBuilder(RequestContextBuilder):
     """Builds the turn's `RequestContext`, inferring `contextId` from the task (spec §3.4.3)."""
 
-    def __init__(self, task_store: TaskStore) -> None:
+    def __init__(self, task_store: TaskStore | VersionedTaskStore) -> None:
         self._task_store = task_store
 
     async def build(
@@ -191,6 +192,8 @@ class TaskContextBuilder(RequestContextBuilder):
     ) -> RequestContext:
         if task_id and not context_id:
             stored = await self._task_store.get(task_id, context)  # owner-scoped
+            if isinstance(stored, StoredTask):
+                stored = stored.task
             if stored is not None:
                 context_id = stored.context_id
         return RequestContext(

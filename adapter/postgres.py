@@ -16,15 +16,24 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 import asyncpg
+from a2a.server.cluster.event_stream import TaskEventStream, VersionedEvent
+from a2a.server.cluster.task_store import (
+    ConcurrentTaskModificationError,
+    StoredTask,
+    VersionedTaskStore,
+)
+from a2a.server.cluster.version import TaskVersion
 from a2a.server.context import ServerCallContext
-from a2a.server.tasks import TaskStore
+from a2a.server.events import Event
 from a2a.types import a2a_pb2 as pb
+from a2a.utils import proto_utils
 
 from adapter.approvals import new_action_id
+from adapter.executor import TERMINAL
 from adapter.gateway import Confirmation, Decision, DecisionOutcome, GateOutcome, Proposal
 from adapter.principal import owner_of
 from adapter.task_store import ListQuery, page_response, sort_key
@@ -44,9 +53,18 @@ CREATE TABLE IF NOT EXISTS {s}.tasks (
     state integer NOT NULL,
     has_ts boolean NOT NULL,
     ts_ns bigint NOT NULL,
+    version bigint NOT NULL,
     updated_at timestamptz NOT NULL DEFAULT now(),
     task bytea NOT NULL
 );
+CREATE TABLE IF NOT EXISTS {s}.task_events (
+    seq bigserial PRIMARY KEY,
+    task_id text NOT NULL,
+    version bigint NOT NULL,
+    event bytea NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS task_events_by_task ON {s}.task_events (task_id, seq);
 CREATE INDEX IF NOT EXISTS tasks_owner_order
     ON {s}.tasks (owner, has_ts DESC, ts_ns DESC, (id COLLATE "C") DESC);
 CREATE TABLE IF NOT EXISTS {s}.approvals (
@@ -66,40 +84,104 @@ CREATE TABLE IF NOT EXISTS {s}.approvals (
 """
 
 
-class PostgresTaskStore(TaskStore):
-    """Owner-scoped tasks in PostgreSQL."""
+def _as_int(version: TaskVersion) -> int:
+    value = version._value  # the SDK gives no accessor; we minted it as an int
+    if not isinstance(value, int):
+        raise TypeError("PostgreSQL task versions are integers")
+    return value
+
+
+class PostgresTaskStore(VersionedTaskStore):
+    """Owner-scoped, versioned tasks in PostgreSQL (the SDK's cluster contract).
+
+    Every write is a compare-and-swap on the row's `version`, so two replicas never silently
+    overwrite each other: a stale writer gets `ConcurrentTaskModificationError`, reloads and
+    decides (the SDK does that). A write to CANCELED overwrites any non-terminal task — that is how
+    a cancel on one replica stops a turn running on another — and a terminal task is never
+    written again. The event that produced a write is
+    appended to `task_events` in the same transaction; `PostgresEventStream` tails it.
+    """
 
     shared = True
 
     def __init__(self, pool: asyncpg.Pool, schema: str) -> None:
         self._pool = pool
         self._t = f"{schema}.tasks"
+        self._events = f"{schema}.task_events"
 
-    async def save(self, task: pb.Task, context: ServerCallContext) -> None:
+    async def save(
+        self,
+        task: pb.Task,
+        *,
+        event: Event | None,
+        prev: pb.Task | None,
+        prev_version: TaskVersion,
+        context: ServerCallContext,
+    ) -> TaskVersion:
+        del prev
+        owner = owner_of(context)
+        async with self._pool.acquire() as connection, connection.transaction():
+            version = await self._write(connection, task, owner, prev_version)
+            if version is None:
+                raise ConcurrentTaskModificationError(task.id)
+            if event is not None:
+                await connection.execute(
+                    f"INSERT INTO {self._events} (task_id, version, event) "  # noqa: S608
+                    "VALUES ($1, $2, $3)",
+                    task.id,
+                    version,
+                    proto_utils.to_stream_response(event).SerializeToString(),
+                )
+        return TaskVersion(version)
+
+    async def _write(
+        self, connection: Any, task: pb.Task, owner: str, prev_version: TaskVersion
+    ) -> int | None:
+        """The new version, or None when the compare-and-swap (or the first insert) lost."""
         has_ts, ts_ns, _ = sort_key(task)
-        await self._pool.execute(
-            f"""INSERT INTO {self._t} (id, owner, context_id, state, has_ts, ts_ns, task)
-                VALUES ($1, $2, $3, $4, $5, $6, $7)
-                ON CONFLICT (id) DO UPDATE SET context_id = EXCLUDED.context_id,
-                    state = EXCLUDED.state, has_ts = EXCLUDED.has_ts, ts_ns = EXCLUDED.ts_ns,
-                    task = EXCLUDED.task, updated_at = now()
-                WHERE {self._t}.owner = EXCLUDED.owner""",  # noqa: S608 - schema is validated
+        values = (
             task.id,
-            owner_of(context),
+            owner,
             task.context_id,
             task.status.state,
             has_ts,
             ts_ns,
             task.SerializeToString(),
         )
+        # A terminal task is final: no write changes it, whatever version it names. (The SDK's
+        # consumer, after losing a race to a remote cancel, reloads and would otherwise apply the
+        # turn's next event on top of CANCELED.)
+        update = f"""UPDATE {self._t} SET context_id = $3, state = $4, has_ts = $5, ts_ns = $6,
+                         task = $7, version = version + 1, updated_at = now()
+                     WHERE id = $1 AND owner = $2 AND NOT (state = ANY($8::int[]))"""  # noqa: S608
+        terminal = [int(state) for state in TERMINAL]
+        if task.status.state == pb.TASK_STATE_CANCELED:
+            return await connection.fetchval(  # type: ignore[no-any-return]
+                update + " RETURNING version", *values, terminal
+            )
+        if prev_version.is_missing:
+            return await connection.fetchval(  # type: ignore[no-any-return]
+                f"""INSERT INTO {self._t} (id, owner, context_id, state, has_ts, ts_ns, task,
+                        version) VALUES ($1, $2, $3, $4, $5, $6, $7, 1)
+                    ON CONFLICT (id) DO NOTHING RETURNING version""",  # noqa: S608
+                *values,
+            )
+        return await connection.fetchval(  # type: ignore[no-any-return]
+            update + " AND version = $9 RETURNING version",
+            *values,
+            terminal,
+            _as_int(prev_version),
+        )
 
-    async def get(self, task_id: str, context: ServerCallContext) -> pb.Task | None:
-        blob = await self._pool.fetchval(
-            f"SELECT task FROM {self._t} WHERE id = $1 AND owner = $2",  # noqa: S608
+    async def get(self, task_id: str, context: ServerCallContext) -> StoredTask | None:
+        row = await self._pool.fetchrow(
+            f"SELECT task, version FROM {self._t} WHERE id = $1 AND owner = $2",  # noqa: S608
             task_id,
             owner_of(context),
         )
-        return None if blob is None else pb.Task.FromString(blob)
+        if row is None:
+            return None
+        return StoredTask(pb.Task.FromString(row["task"]), TaskVersion(row["version"]))
 
     async def list(
         self, params: pb.ListTasksRequest, context: ServerCallContext
@@ -149,6 +231,64 @@ class PostgresTaskStore(TaskStore):
 
     async def ping(self) -> None:
         await self._pool.fetchval("SELECT 1")
+
+
+class PostgresEventStream(TaskEventStream):
+    """Task events across replicas: tails `task_events` (written by `PostgresTaskStore.save`).
+
+    Used by the SDK only for a task that runs on *another* replica (a local one is tapped in
+    memory): `SubscribeToTask` there gets the stored snapshot, then these events until the task
+    ends or is interrupted. Polls every `POLL_SECONDS`; callers are owner-checked before.
+    """
+
+    POLL_SECONDS = 0.2
+
+    def __init__(self, pool: asyncpg.Pool, schema: str) -> None:
+        self._pool = pool
+        self._events = f"{schema}.task_events"
+
+    async def publish(self, task_id: str, event: VersionedEvent) -> None:
+        """Nothing to do: the store appended the event in the transaction that applied it."""
+        del task_id, event
+
+    async def subscribe(
+        self, task_id: str, *, after: TaskVersion
+    ) -> AsyncGenerator[VersionedEvent, None]:
+        cursor = 0
+        if not after.is_missing:
+            cursor = await self._pool.fetchval(
+                f"SELECT coalesce(max(seq), 0) FROM {self._events} "  # noqa: S608
+                "WHERE task_id = $1 AND version <= $2",
+                task_id,
+                _as_int(after),
+            )
+        while True:
+            rows = await self._pool.fetch(
+                f"SELECT seq, version, event FROM {self._events} "  # noqa: S608
+                "WHERE task_id = $1 AND seq > $2 ORDER BY seq",
+                task_id,
+                cursor,
+            )
+            for row in rows:
+                cursor = row["seq"]
+                version = TaskVersion(row["version"])
+                if version.is_after(after):
+                    yield VersionedEvent(
+                        _event(pb.StreamResponse.FromString(row["event"])), version
+                    )
+            if not rows:
+                await asyncio.sleep(self.POLL_SECONDS)
+
+    async def destroy(self, task_id: str) -> None:
+        """Nothing to do: the sweep deletes old events."""
+        del task_id
+
+
+def _event(response: pb.StreamResponse) -> Event:
+    kind = response.WhichOneof("payload")
+    if kind is None:
+        raise ValueError("stored event has no payload")
+    return getattr(response, kind)  # type: ignore[no-any-return]
 
 
 def _confirmation(row: Mapping[str, Any]) -> Confirmation:
@@ -273,6 +413,7 @@ class PostgresStores:
     ) -> None:
         self.pool = pool
         self.tasks = PostgresTaskStore(pool, schema)
+        self.events = PostgresEventStream(pool, schema)
         self.confirmations = PostgresConfirmationStore(pool, schema, clock=clock)
         self._schema = schema
         self._clock = clock
@@ -303,6 +444,11 @@ class PostgresStores:
         await self.pool.execute(
             f"DELETE FROM {self._schema}.tasks "  # noqa: S608 - schema is validated
             "WHERE updated_at < now() - make_interval(secs => $1)",
+            self._idle_ttl,
+        )
+        await self.pool.execute(
+            f"DELETE FROM {self._schema}.task_events "  # noqa: S608
+            "WHERE created_at < now() - make_interval(secs => $1)",
             self._idle_ttl,
         )
         await self.pool.execute(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -84,6 +85,49 @@ async def test_two_replicas_share_tasks_with_the_same_isolation(env: dict[str, s
                 await send(client, text_message("again", task_id=pending.id))
             final = await client.get_task(pb.GetTaskRequest(id=pending.id))
         assert final.status.state == pb.TASK_STATE_COMPLETED
+
+
+async def test_subscribe_on_another_replica_follows_the_running_turn(
+    env: dict[str, str],
+) -> None:
+    """SubscribeToTask on replica two streams a turn running on replica one, to its end."""
+    async with running(env) as one, running(env) as two:
+        one.gateway.hold = asyncio.Event()
+        async with one.client(ALICE_BOT) as client:
+            config = pb.SendMessageConfiguration(return_immediately=True)
+            request = text_message("how is search?")
+            request.configuration.CopyFrom(config)
+            started = await send(client, request)
+        await one.gateway.started.wait()
+        async with two.client(ALICE_BOT, streaming=True) as client:
+            events = client.subscribe(pb.SubscribeToTaskRequest(id=started.id))
+            first = await anext(events)
+            assert first.task.status.state == pb.TASK_STATE_SUBMITTED
+            one.gateway.hold.set()
+            rest = [event async for event in events]
+        kinds = [event.WhichOneof("payload") for event in rest]
+        assert kinds == ["artifact_update", "status_update"]
+        assert rest[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
+async def test_cancel_on_another_replica_stops_the_running_turn(env: dict[str, str]) -> None:
+    """CancelTask on replica two cancels a turn running on replica one; it stays cancelled."""
+    async with running(env) as one, running(env) as two:
+        one.gateway.hold = asyncio.Event()
+        async with one.client(ALICE_BOT) as client:
+            request = text_message("how is search?")
+            request.configuration.return_immediately = True
+            started = await send(client, request)
+        await one.gateway.started.wait()
+        async with two.client(ALICE_BOT) as client:
+            cancelled = await client.cancel_task(pb.CancelTaskRequest(id=started.id))
+        assert cancelled.status.state == pb.TASK_STATE_CANCELED
+        one.gateway.hold.set()  # the turn on replica one notices the cancel at its next write
+        await asyncio.sleep(1.0)
+        async with one.client(ALICE_BOT) as client:
+            final = await client.get_task(pb.GetTaskRequest(id=started.id))
+        assert final.status.state == pb.TASK_STATE_CANCELED
+        assert not final.artifacts
 
 
 async def test_readiness_reports_the_database(env: dict[str, str]) -> None:

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from a2a.server.cluster.task_store import ConcurrentTaskModificationError
+from a2a.server.cluster.version import TaskVersion
 from a2a.server.context import ServerCallContext
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf import timestamp_pb2
 
-from adapter.postgres import PostgresStores
+from adapter.postgres import PostgresStores, PostgresTaskStore
 from adapter.principal import PrincipalUser
 from adapter.task_store import BoundedTaskStore
 from tests.adapter.conftest import PROPOSAL, delegated, fresh_schema
@@ -37,6 +40,32 @@ def task(
     )  # type: ignore[arg-type]
 
 
+class Unversioned:
+    """The plain `TaskStore` view of a versioned store, so one contract runs on both stores."""
+
+    def __init__(self, store: PostgresTaskStore) -> None:
+        self.store = store
+
+    async def save(self, saved: pb.Task, context: ServerCallContext) -> None:
+        current = await self.store.get(saved.id, context)
+        version = current.version if current else TaskVersion.MISSING
+        # Another owner's id is refused (raises); the contract tests observe the outcome.
+        with contextlib.suppress(ConcurrentTaskModificationError):
+            await self.store.save(
+                saved, event=None, prev=None, prev_version=version, context=context
+            )
+
+    async def get(self, task_id: str, context: ServerCallContext) -> pb.Task | None:
+        stored = await self.store.get(task_id, context)
+        return stored.task if stored else None
+
+    async def list(self, params: pb.ListTasksRequest, context: ServerCallContext) -> Any:
+        return await self.store.list(params, context)
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        await self.store.delete(task_id, context)
+
+
 @pytest.fixture(params=["memory", "postgres"])
 def backend(request: pytest.FixtureRequest) -> str | None:
     """None for the memory store, the database URL for PostgreSQL."""
@@ -53,7 +82,7 @@ async def store(backend: str | None) -> AsyncIterator[Any]:
     async with fresh_schema(backend) as schema:
         stores = await PostgresStores.open(backend, schema)
         try:
-            yield stores.tasks
+            yield Unversioned(stores.tasks)
         finally:
             await stores.close()
 
@@ -206,19 +235,59 @@ async def test_postgres_sweep_drops_idle_tasks_and_settled_approvals(database_ur
         )
         try:
             fresh, idle = task(10), task(20)
-            await stores.tasks.save(idle, ALICE)
+            tasks = Unversioned(stores.tasks)
+            await tasks.save(idle, ALICE)
             await stores.pool.execute(
                 f"UPDATE {schema}.tasks SET updated_at = now() - interval '2 hours'"  # noqa: S608
             )
-            await stores.tasks.save(fresh, ALICE)
+            await tasks.save(fresh, ALICE)
             entry = await stores.confirmations.propose(PROPOSAL)
             await stores.sweep()
-            assert await stores.tasks.get(idle.id, ALICE) is None
-            assert await stores.tasks.get(fresh.id, ALICE) is not None
+            assert await tasks.get(idle.id, ALICE) is None
+            assert await tasks.get(fresh.id, ALICE) is not None
             assert await stores.confirmations.get(entry.action_id, subject="alice") is not None
             now[0] += 60 + 3600 + 1
             await stores.sweep()
             assert await stores.confirmations.get(entry.action_id, subject="alice") is None
+        finally:
+            await stores.close()
+
+
+async def test_postgres_writes_compare_and_swap(database_url: str) -> None:
+    """A stale writer loses; a cancel overwrites a running task but never a finished one."""
+    async with fresh_schema(database_url) as schema:
+        stores = await PostgresStores.open(database_url, schema)
+        try:
+            tasks = stores.tasks
+            running = task(10, state=pb.TASK_STATE_WORKING)
+            first = await tasks.save(
+                running, event=None, prev=None, prev_version=TaskVersion.MISSING, context=ALICE
+            )
+            with pytest.raises(ConcurrentTaskModificationError):
+                await tasks.save(
+                    running, event=None, prev=None, prev_version=TaskVersion.MISSING, context=ALICE
+                )
+            second = await tasks.save(
+                running, event=None, prev=None, prev_version=first, context=ALICE
+            )
+            with pytest.raises(ConcurrentTaskModificationError):
+                await tasks.save(running, event=None, prev=None, prev_version=first, context=ALICE)
+            cancelled = task(20, state=pb.TASK_STATE_CANCELED, task_id=running.id)
+            with pytest.raises(ConcurrentTaskModificationError):  # not Bob's to cancel
+                await tasks.save(cancelled, event=None, prev=None, prev_version=first, context=BOB)
+            third = await tasks.save(
+                cancelled, event=None, prev=None, prev_version=first, context=ALICE
+            )
+            assert third.is_after(second)
+            with pytest.raises(ConcurrentTaskModificationError):  # already terminal
+                await tasks.save(
+                    cancelled, event=None, prev=None, prev_version=third, context=ALICE
+                )
+            completed = task(30, state=pb.TASK_STATE_COMPLETED, task_id=running.id)
+            with pytest.raises(ConcurrentTaskModificationError):  # a terminal task is final
+                await tasks.save(
+                    completed, event=None, prev=None, prev_version=third, context=ALICE
+                )
         finally:
             await stores.close()
 
