@@ -10,8 +10,15 @@ import sys
 from typing import Any
 
 import httpx
+import pytest
 
-from tests.adapter.conftest import KEYS_SPEC, assertion_headers, delegated, running
+from tests.adapter.conftest import (
+    KEYS_SPEC,
+    assertion_headers,
+    delegated,
+    fresh_schema,
+    running,
+)
 
 
 def adapter_env(**extra: str) -> dict[str, str]:
@@ -60,6 +67,29 @@ async def test_serves_logs_its_address_and_stops_on_sigterm() -> None:
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+async def test_multi_replica_starts_with_shared_stores(database_url: str, redis_url: str) -> None:
+    """ORRERY_MULTI_REPLICA=true with PostgreSQL and Redis serves, and says so."""
+    async with fresh_schema(database_url) as schema:
+        process = await start_adapter(
+            adapter_env(
+                ORRERY_MULTI_REPLICA="true",
+                DATABASE_URL=database_url,
+                ORRERY_A2A_DB_SCHEMA=schema,
+                ORRERY_A2A_REDIS_URL=redis_url,
+            )
+        )
+        try:
+            serving = await next_event(process, "serving")
+            assert (serving["stores"], serving["limiter"]) == ("postgresql", "redis")
+            async with httpx.AsyncClient(base_url=f"http://{serving['addr']}") as http:
+                assert (await http.get("/readyz")).json()["status"] == "ready"
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(process.wait(), timeout=60) == 0
 
 
 async def test_sigint_also_stops_cleanly() -> None:
