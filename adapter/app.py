@@ -1,0 +1,228 @@
+"""The aiohttp application: wiring settings → stores, limiter, gateway, SDK handler, routes.
+
+Routes: `POST /a2a` and `/a2a/` (JSON-RPC), `GET /.well-known/agent-card.json` (public card),
+`GET|POST /approvals/{action_id}` (approvals surface), `GET /healthz` (liveness), `GET /readyz`
+(the stores and the limiter answer), `GET /metrics` (Prometheus).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from a2a.server.cluster.event_stream import TaskEventStream
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.types import a2a_pb2 as pb
+from aiohttp import web
+
+from adapter.approvals import ApprovalsEndpoint, MemoryConfirmationStore
+from adapter.card import PublicCardEndpoint, extended_card, public_card
+from adapter.executor import GatewayExecutor, TaskContextBuilder
+from adapter.gateway import AgentGateway, ConfirmationStore, GatewayContext, load_gateway
+from adapter.jsonrpc import Dispatcher, Drain
+from adapter.limits import Limiter, MemoryLimiter, RedisLimiter
+from adapter.metrics import Metrics
+from adapter.settings import AdapterSettings
+from adapter.task_store import BoundedTaskStore
+from authz import logs
+from authz.errors import ConfigError
+
+logger = logging.getLogger("adapter")
+
+# A task parked in input-required keeps an SDK ActiveTask (two asyncio tasks) in memory; release it
+# after this long, a follow-up recreates it from the store.
+PARKED_TASK_RELEASE_SECONDS = 60.0
+
+
+@dataclass(slots=True)
+class Stores:
+    """The task and confirmation stores, how to check them and how to close them."""
+
+    tasks: BoundedTaskStore | Any  # BoundedTaskStore or PostgresTaskStore
+    confirmations: ConfirmationStore
+    close: Callable[[], Awaitable[None]]
+    events: TaskEventStream | None = None  # cross-replica task events (PostgreSQL only)
+
+
+async def open_stores(settings: AdapterSettings) -> Stores:
+    """PostgreSQL when `DATABASE_URL` is set, otherwise bounded in-memory stores."""
+    if settings.database_url:
+        from adapter.postgres import PostgresStores
+
+        shared = await PostgresStores.open(
+            settings.database_url, settings.db_schema, idle_ttl=settings.task_idle_ttl
+        )
+        return Stores(shared.tasks, shared.confirmations, shared.close, shared.events)
+    tasks = BoundedTaskStore(max_tasks=settings.max_tasks, idle_ttl=settings.task_idle_ttl)
+
+    async def nothing() -> None:
+        return None
+
+    return Stores(tasks, MemoryConfirmationStore(), nothing)
+
+
+def approvals_base_url(public_url: str) -> str:
+    """Origin of `ORRERY_A2A_PUBLIC_URL` + `/approvals` (CONTRACTS.md)."""
+    parts = urlsplit(public_url)
+    return f"{parts.scheme}://{parts.netloc}/approvals"
+
+
+AGENT = web.AppKey("agent", DefaultRequestHandler)
+GATEWAY = web.AppKey("gateway", AgentGateway)
+METRICS = web.AppKey("metrics", Metrics)
+
+
+async def make_app(settings: AdapterSettings) -> web.Application:
+    """Build the whole adapter; raises `ConfigError` when the settings cannot work together."""
+    stores = await open_stores(settings)
+    limiter: Limiter = (
+        RedisLimiter(settings.redis_url, settings.max_in_flight)
+        if settings.redis_url
+        else MemoryLimiter(settings.max_in_flight)
+    )
+    try:
+        gateway = await load_gateway(
+            settings.gateway, GatewayContext(stores.confirmations, settings.approval_ttl)
+        )
+        _check_replicas(settings, gateway)
+    except BaseException:
+        await limiter.close()
+        await stores.close()
+        raise
+    return _assemble(settings, stores, limiter, gateway)
+
+
+def _check_replicas(settings: AdapterSettings, gateway: AgentGateway) -> None:
+    if settings.multi_replica and not gateway.confirmations.shared:
+        raise ConfigError(
+            ["ORRERY_A2A_GATEWAY: its confirmation store is not shared between replicas"]
+        )
+
+
+def _assemble(
+    settings: AdapterSettings, stores: Stores, limiter: Limiter, gateway: AgentGateway
+) -> web.Application:
+    card = public_card(settings.public_url)
+
+    async def live_extended_card(base: pb.AgentCard, context: ServerCallContext) -> pb.AgentCard:
+        return extended_card(base, await gateway.inventory())
+
+    handler = DefaultRequestHandler(
+        agent_executor=GatewayExecutor(gateway, approvals_base_url(settings.public_url)),
+        task_store=stores.tasks,
+        agent_card=card,
+        request_context_builder=TaskContextBuilder(stores.tasks),
+        extended_agent_card=card,
+        extended_card_modifier=live_extended_card,
+        validate_input_modes=True,
+        event_stream=stores.events,
+        interrupted_task_timeout=PARKED_TASK_RELEASE_SECONDS,
+    )
+    metrics = Metrics()
+    drain = Drain()
+    dispatcher = Dispatcher(
+        handler=handler,
+        keys=settings.assertion_keys,
+        limiter=limiter,
+        metrics=metrics,
+        max_body_bytes=settings.max_body_bytes,
+        drain=drain,
+    )
+    approvals = ApprovalsEndpoint(settings.assertion_keys, gateway.confirmations, metrics)
+    probes = _Probes(stores, limiter, metrics)
+
+    app = web.Application(client_max_size=settings.max_body_bytes)
+    app[AGENT] = handler
+    app[GATEWAY] = gateway
+    app[METRICS] = metrics
+    app.router.add_post("/a2a", dispatcher.handle)
+    app.router.add_post("/a2a/", dispatcher.handle)
+    app.router.add_get("/.well-known/agent-card.json", PublicCardEndpoint(card).handle)
+    app.router.add_post("/approvals/{action_id}", approvals.decide)
+    app.router.add_get("/approvals/{action_id}", approvals.show)
+    app.router.add_get("/healthz", probes.healthz)
+    app.router.add_get("/readyz", probes.readyz)
+    app.router.add_get("/metrics", probes.metrics)
+
+    async def on_shutdown(_: web.Application) -> None:
+        drain.start(settings.shutdown_grace)
+
+    async def on_cleanup(_: web.Application) -> None:
+        await handler.aclose()
+        await limiter.close()
+        await stores.close()
+
+    app.on_shutdown.append(on_shutdown)
+    app.on_cleanup.append(on_cleanup)
+    return app
+
+
+class _Probes:
+    def __init__(self, stores: Stores, limiter: Limiter, metrics: Metrics) -> None:
+        self._stores = stores
+        self._limiter = limiter
+        self._metrics = metrics
+
+    async def healthz(self, _: web.Request) -> web.StreamResponse:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, _: web.Request) -> web.StreamResponse:
+        checks: dict[str, str] = {}
+        for name, ping in (
+            ("tasks", self._stores.tasks.ping),
+            ("approvals", self._stores.confirmations.ping),
+            ("limiter", self._limiter.ping),
+        ):
+            try:
+                await ping()
+                checks[name] = "ok"
+            except Exception as exc:  # noqa: BLE001 - any failure means "not ready"
+                checks[name] = "unavailable"
+                logs.event(
+                    logger, "not_ready", logging.WARNING, check=name, error_type=type(exc).__name__
+                )
+        ready = all(value == "ok" for value in checks.values())
+        return web.json_response(
+            {"status": "ready" if ready else "unavailable", "checks": checks},
+            status=200 if ready else 503,
+        )
+
+    async def metrics(self, _: web.Request) -> web.StreamResponse:
+        try:
+            self._metrics.tasks_stored.set(await self._stores.tasks.count())
+        except Exception as exc:  # noqa: BLE001 - keep serving the other metrics
+            logs.event(
+                logger, "metrics_store_unavailable", logging.WARNING, error_type=type(exc).__name__
+            )
+        self._metrics.in_flight.set(self._limiter.in_flight())
+        body, content_type = self._metrics.render()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+async def start(
+    app: web.Application, sock: socket.socket, *, shutdown_timeout: float
+) -> web.AppRunner:
+    """Serve `app` on an already bound socket (so a caller on port 0 knows the port first).
+
+    Handlers are cancelled when their client disconnects, so a stream's SDK generator is closed.
+    """
+    runner = web.AppRunner(
+        app, handler_cancellation=True, shutdown_timeout=shutdown_timeout, access_log=None
+    )
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    return runner
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (port 0: any free port)."""
+    return socket.create_server((host, port), family=_family(host), reuse_port=False)
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET

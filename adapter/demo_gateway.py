@@ -1,0 +1,184 @@
+"""The embedded demo gateway: deterministic, no model, so the product runs on a fresh machine.
+
+Two specialists over a small built-in view of service health:
+
+* `investigator` (any autonomy): answers questions about a service's health from the table below.
+* `change-planner`: proposes changes. `annotate` (an unguarded L2 action) runs at once for L2+;
+  `restart` / `rollback` / `scale` are guarded L3 actions that always need a human approval, and
+  are refused outright for a service principal (pinned to L2) and for anyone below L3 — so a
+  service principal never reaches input-required.
+
+Routing is by keyword (the `routing_hint` says which), the same text always gives the same reply,
+and the guarded action only "runs" (a line in the reply) after the gate consumed an approval.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from adapter.gateway import (
+    ConfirmationStore,
+    GatewayContext,
+    Pending,
+    Proposal,
+    Reply,
+    Specialist,
+    Turn,
+    redact,
+)
+from authz.principal import Principal
+
+LEVELS = {"L1": 1, "L2": 2, "L3": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceHealth:
+    status: str
+    error_rate: float
+    p99_ms: int
+    note: str
+
+
+HEALTH: Mapping[str, ServiceHealth] = {
+    "checkout": ServiceHealth("degraded", 0.042, 1850, "error rate up since the 14:05 deploy"),
+    "payments": ServiceHealth("healthy", 0.001, 210, "steady"),
+    "search": ServiceHealth("healthy", 0.003, 340, "steady"),
+    "inventory": ServiceHealth("down", 1.0, 0, "no healthy pods; crash-looping on start"),
+}
+
+GUARDED_VERBS = ("restart", "rollback", "scale")
+_SERVICE = re.compile(r"\b(" + "|".join(HEALTH) + r")\b", re.IGNORECASE)
+_GUARDED = re.compile(r"\b(" + "|".join(GUARDED_VERBS) + r")\b", re.IGNORECASE)
+_ANNOTATE = re.compile(r"\b(annotate|note)\b", re.IGNORECASE)
+
+SPECIALISTS: tuple[Specialist, ...] = (
+    Specialist(
+        name="investigator",
+        description="Answers questions about service health from the platform's health view.",
+        routing_hint="questions about a service's status, errors or latency",
+        examples=("How is checkout doing?", "Is inventory up?"),
+    ),
+    Specialist(
+        name="change-planner",
+        description=(
+            "Proposes changes to services. Restarts, rollbacks and scaling are guarded (L3) "
+            "and run only after the delegating person approves them."
+        ),
+        routing_hint="requests to restart, roll back, scale or annotate a service",
+        examples=("Restart checkout", "Annotate payments: investigating latency"),
+    ),
+)
+
+
+def _level(principal: Principal) -> int:
+    level = LEVELS[principal.autonomy]
+    return min(level, 2) if principal.kind == "service" else level
+
+
+class DemoGateway:
+    """A deterministic `AgentGateway` (see the module docstring)."""
+
+    def __init__(self, confirmations: ConfirmationStore, approval_ttl: float) -> None:
+        self._confirmations = confirmations
+        self._approval_ttl = approval_ttl
+
+    @property
+    def confirmations(self) -> ConfirmationStore:
+        return self._confirmations
+
+    async def inventory(self) -> Sequence[Specialist]:
+        return SPECIALISTS
+
+    async def run_in_session(self, turn: Turn) -> Reply | Pending:
+        if turn.resume_action_id is not None:
+            return await self._resume(turn, turn.resume_action_id)
+        service_match = _SERVICE.search(turn.text)
+        service = service_match[1].lower() if service_match else None
+        guarded = _GUARDED.search(turn.text)
+        if guarded:
+            return await self._propose(turn, guarded[1].lower(), service)
+        if _ANNOTATE.search(turn.text):
+            return self._annotate(turn, service)
+        return self._investigate(service)
+
+    def _investigate(self, service: str | None) -> Reply:
+        if service is None:
+            lines = [f"{name}: {health.status}" for name, health in sorted(HEALTH.items())]
+            return Reply("Service health — " + "; ".join(lines) + ".")
+        health = HEALTH[service]
+        return Reply(
+            f"{service} is {health.status}: error rate {health.error_rate:.1%}, "
+            f"p99 {health.p99_ms} ms ({health.note})."
+        )
+
+    def _annotate(self, turn: Turn, service: str | None) -> Reply:
+        if _level(turn.principal) < 2:
+            return Reply("Annotating a service is an L2 action; your autonomy is L1.", True)
+        if service is None:
+            return Reply("Which service should I annotate? Known: " + ", ".join(sorted(HEALTH)))
+        return Reply(f"Annotated {service}.")
+
+    async def _propose(self, turn: Turn, verb: str, service: str | None) -> Reply | Pending:
+        if service is None:
+            return Reply(f"Which service should I {verb}? Known: " + ", ".join(sorted(HEALTH)))
+        if turn.principal.kind == "service":
+            return Reply(
+                f"Refused: {verb} is a guarded (L3) action and a service principal is limited "
+                "to L2. Ask through a delegated agent so a person can approve it.",
+                True,
+            )
+        if _level(turn.principal) < 3:
+            return Reply(
+                f"Refused: {verb} is a guarded (L3) action; your autonomy is "
+                f"{turn.principal.autonomy}.",
+                True,
+            )
+        confirmation = await self._confirmations.propose(
+            Proposal(
+                owner=turn.principal.key,
+                subject=turn.principal.subject,
+                session_id=turn.session_id,
+                task_id=turn.task_id,
+                tool=f"{verb}_service",
+                args=redact({"service": service, "requested": turn.text}),
+                level="L3",
+                ttl=self._approval_ttl,
+            )
+        )
+        return Pending(
+            confirmation=confirmation,
+            summary=(
+                f"{verb.capitalize()} {service} is a guarded (L3) action and needs approval by "
+                "the person who delegated to you. Once they decide, send any message on this "
+                "task to continue."
+            ),
+        )
+
+    async def _resume(self, turn: Turn, action_id: str) -> Reply | Pending:
+        outcome = await self._confirmations.consume(action_id, owner=turn.principal.key)
+        if outcome == "approved":
+            return Reply(f"Approved action {action_id} carried out.")
+        if outcome == "pending":
+            entry = await self._confirmations.get(action_id, subject=turn.principal.subject)
+            if entry is not None and entry.status == "pending":
+                return Pending(
+                    confirmation=entry,
+                    summary="Still waiting for the person who delegated to you to decide.",
+                )
+            outcome = entry.status if entry is not None else "not_found"
+        reasons = {
+            "denied": "was denied",
+            "expired": "expired before it was approved",
+            "consumed": "was already carried out",
+            "not_found": "is unknown",
+        }
+        return Reply(
+            f"Action {action_id} {reasons.get(outcome, 'cannot run')}; nothing was done.", True
+        )
+
+
+def create(context: GatewayContext) -> DemoGateway:
+    """The `ORRERY_A2A_GATEWAY` factory of the demo gateway (the default)."""
+    return DemoGateway(context.confirmations, context.approval_ttl)

@@ -1,0 +1,66 @@
+"""The one error tree of `adapter`.
+
+Two kinds of refusal leave the adapter:
+
+* HTTP-level refusals (`Refusal`): a status, a stable reason code and a safe description, answered
+  before any JSON-RPC processing (a bad principal assertion, a body over the cap, too many turns in
+  flight, a bad approval request). The reason code is the same in the response body, the log event
+  and the `outcome` label of the metrics.
+* JSON-RPC errors are the a2a-sdk's `A2AError` classes (spec codes -32001…-32009 and the JSON-RPC
+  standard ones); `jsonrpc.error_body` renders both with `google.rpc.ErrorInfo` data.
+
+A description never echoes a header value, a token or a library's exception message.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class Refusal(Exception):
+    """A request refused before A2A processing, with a reason the caller may be told."""
+
+    status: ClassVar[int] = 400
+    default_reason: ClassVar[str] = "bad_request"
+
+    def __init__(self, description: str, *, reason: str | None = None) -> None:
+        super().__init__(description)
+        self.description = description
+        self.reason = reason or self.default_reason
+
+
+class Unauthenticated(Refusal):
+    """401: the principal assertion is absent, forged, stale or not for this request/surface."""
+
+    status = 401
+    default_reason = "assertion_invalid"
+
+
+class BodyTooLarge(Refusal):
+    """413: the request body is over the configured cap (refused before it is parsed)."""
+
+    status = 413
+    default_reason = "body_too_large"
+
+
+class TooManyInFlight(Refusal):
+    """429: the principal already has its maximum number of turns running."""
+
+    status = 429
+    default_reason = "too_many_in_flight"
+
+    def __init__(self, description: str, *, retry_after: int, limit: int) -> None:
+        super().__init__(description)
+        self.retry_after = retry_after
+        self.limit = limit
+
+
+class LimiterUnavailable(Refusal):
+    """503: the shared in-flight counter (Redis) cannot be reached; fail closed."""
+
+    status = 503
+    default_reason = "limiter_unavailable"
+
+
+class GatewayLoadError(Exception):
+    """`ORRERY_A2A_GATEWAY` names something that cannot be imported or built."""

@@ -1,0 +1,205 @@
+"""The a2a-sdk `AgentExecutor` that drives the gateway: one task is one turn.
+
+For each message the executor derives the session id from the verified principal and the
+`contextId`, calls `AgentGateway.run_in_session` and publishes only the outcome:
+
+* a `Reply` → the reply text as the task's one artifact (`reply`), then `TASK_STATE_COMPLETED`
+  (or `TASK_STATE_REJECTED` with the text as the status message when the gateway refused);
+* a `Pending` guarded action → `TASK_STATE_INPUT_REQUIRED` with a status message holding a text
+  part and the data part `{action_id, tool, args, level, expires_at, approve_url}` (args redacted
+  here again, whatever the gateway did).
+
+A follow-up message on an input-required task resumes the turn: the action id comes from the
+*stored* task status (server data), never from the message, and the message text — whatever it
+says — is not a decision. Intermediate gateway events never leave the server.
+
+`TaskContextBuilder` fixes research §5 trap 14: a follow-up that names only `taskId` gets the
+task's `contextId` (the SDK would invent a new one and then fail the turn with -32602).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from a2a.server.agent_execution import AgentExecutor, RequestContext, RequestContextBuilder
+from a2a.server.cluster.task_store import StoredTask, VersionedTaskStore
+from a2a.server.context import ServerCallContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskStore
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
+from google.protobuf import struct_pb2, timestamp_pb2
+
+from adapter.gateway import AgentGateway, Pending, Reply, Turn, redact
+from adapter.limits import Slot
+from adapter.messages import check_message
+from adapter.principal import principal_of
+from adapter.sessions import session_id
+
+SLOT_STATE = "orrery.slot"
+TERMINAL = frozenset(
+    {
+        pb.TASK_STATE_COMPLETED,
+        pb.TASK_STATE_FAILED,
+        pb.TASK_STATE_CANCELED,
+        pb.TASK_STATE_REJECTED,
+    }
+)
+
+
+def _status(state: int, message: pb.Message | None = None) -> pb.TaskStatus:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.GetCurrentTime()
+    status = pb.TaskStatus(state=state, timestamp=stamp)  # type: ignore[arg-type]
+    if message is not None:
+        status.message.CopyFrom(message)
+    return status
+
+
+def _agent_message(task_id: str, context_id: str, parts: list[pb.Part]) -> pb.Message:
+    return pb.Message(
+        message_id=uuid.uuid4().hex,
+        role=pb.ROLE_AGENT,
+        task_id=task_id,
+        context_id=context_id,
+        parts=parts,
+    )
+
+
+def _data_part(value: dict[str, Any]) -> pb.Part:
+    data = struct_pb2.Value()
+    data.struct_value.update(value)
+    return pb.Part(data=data, media_type="application/json")
+
+
+def pending_action_id(task: pb.Task | None) -> str | None:
+    """The action a stored input-required task waits on (from its status data part)."""
+    if task is None or task.status.state != pb.TASK_STATE_INPUT_REQUIRED:
+        return None
+    for part in task.status.message.parts:
+        if part.WhichOneof("content") == "data":
+            fields = part.data.struct_value.fields
+            if "action_id" in fields and fields["action_id"].WhichOneof("kind") == "string_value":
+                return str(fields["action_id"].string_value)
+    return None
+
+
+class GatewayExecutor(AgentExecutor):
+    """Runs one turn through the gateway and publishes its final outcome only."""
+
+    def __init__(self, gateway: AgentGateway, approvals_base_url: str) -> None:
+        self._gateway = gateway
+        self._approvals_base_url = approvals_base_url.rstrip("/")
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        slot: Slot | None = context.call_context.state.get(SLOT_STATE)
+        if slot is not None:
+            slot.adopted = True
+        try:
+            await self._run(context, event_queue)
+        finally:
+            if slot is not None:
+                await slot.release()
+
+    async def _run(self, context: RequestContext, event_queue: EventQueue) -> None:
+        message = context.message
+        task_id, context_id = context.task_id, context.context_id
+        if message is None or not task_id or not context_id:
+            raise InvalidParamsError(message="a turn needs a message")
+        text = check_message(message)  # also checked before the task exists; defence in depth
+        principal = principal_of(context.call_context)
+        task = context.current_task
+        if task is None:
+            await event_queue.enqueue_event(
+                pb.Task(
+                    id=task_id,
+                    context_id=context_id,
+                    status=_status(pb.TASK_STATE_SUBMITTED),
+                    history=[message],
+                )
+            )
+        elif task.status.state in TERMINAL:
+            # Another replica may have finished it while this one kept it parked.
+            raise UnsupportedOperationError(message=f"Task {task_id} is in a terminal state")
+        outcome = await self._gateway.run_in_session(
+            Turn(
+                session_id=session_id(principal.key, context_id),
+                principal=principal,
+                text=text,
+                task_id=task_id,
+                resume_action_id=pending_action_id(task),
+            )
+        )
+        for event in self._events(outcome, task_id, context_id):
+            await event_queue.enqueue_event(event)
+
+    def _events(
+        self, outcome: Reply | Pending, task_id: str, context_id: str
+    ) -> list[pb.TaskStatusUpdateEvent | pb.TaskArtifactUpdateEvent]:
+        if isinstance(outcome, Pending):
+            entry = outcome.confirmation
+            data = {
+                "action_id": entry.action_id,
+                "tool": entry.tool,
+                "args": redact(dict(entry.args)),
+                "level": entry.level,
+                "expires_at": timestamp_pb2.Timestamp(seconds=int(entry.expires_at)).ToJsonString(),
+                "approve_url": f"{self._approvals_base_url}/{entry.action_id}",
+            }
+            parts = [pb.Part(text=outcome.summary), _data_part(data)]
+            status = _status(
+                pb.TASK_STATE_INPUT_REQUIRED, _agent_message(task_id, context_id, parts)
+            )
+            return [pb.TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status)]
+        if outcome.rejected:
+            message = _agent_message(task_id, context_id, [pb.Part(text=outcome.text)])
+            status = _status(pb.TASK_STATE_REJECTED, message)
+            return [pb.TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status)]
+        artifact = pb.Artifact(
+            artifact_id=uuid.uuid4().hex, name="reply", parts=[pb.Part(text=outcome.text)]
+        )
+        return [
+            pb.TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id, artifact=artifact),
+            pb.TaskStatusUpdateEvent(
+                task_id=task_id, context_id=context_id, status=_status(pb.TASK_STATE_COMPLETED)
+            ),
+        ]
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id, context_id = context.task_id, context.context_id
+        if task_id and context_id:
+            await event_queue.enqueue_event(
+                pb.TaskStatusUpdateEvent(
+                    task_id=task_id, context_id=context_id, status=_status(pb.TASK_STATE_CANCELED)
+                )
+            )
+
+
+class TaskContextBuilder(RequestContextBuilder):
+    """Builds the turn's `RequestContext`, inferring `contextId` from the task (spec §3.4.3)."""
+
+    def __init__(self, task_store: TaskStore | VersionedTaskStore) -> None:
+        self._task_store = task_store
+
+    async def build(
+        self,
+        context: ServerCallContext,
+        params: pb.SendMessageRequest | None = None,
+        task_id: str | None = None,
+        context_id: str | None = None,
+        task: pb.Task | None = None,
+    ) -> RequestContext:
+        if task_id and not context_id:
+            stored = await self._task_store.get(task_id, context)  # owner-scoped
+            if isinstance(stored, StoredTask):
+                stored = stored.task
+            if stored is not None:
+                context_id = stored.context_id
+        return RequestContext(
+            call_context=context,
+            request=params,
+            task_id=task_id,
+            context_id=context_id,
+            task=task,
+        )

@@ -1,0 +1,49 @@
+"""Prometheus metrics, in a registry per app (no process-global state).
+
+* `orrery_a2a_requests_total{method, outcome}` — every request: the JSON-RPC method (or the route:
+  `approvals`, `unknown`) and its outcome (`ok`, a refusal reason, or a JSON-RPC error reason such
+  as `TASK_NOT_FOUND`).
+* `orrery_a2a_request_seconds{method}` — handling time (to the response head for streams).
+* `orrery_a2a_turns_in_flight` — turns holding an in-flight slot in this process.
+* `orrery_a2a_tasks_stored` — tasks in the task store (all owners), read at scrape time.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "orrery_a2a_requests",
+            "A2A adapter requests by method and outcome.",
+            ["method", "outcome"],
+            registry=self.registry,
+        )
+        self.seconds = Histogram(
+            "orrery_a2a_request_seconds",
+            "Time to answer a request (to the response head for streams).",
+            ["method"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "orrery_a2a_turns_in_flight",
+            "Turns holding an in-flight slot in this process.",
+            registry=self.registry,
+        )
+        self.tasks_stored = Gauge(
+            "orrery_a2a_tasks_stored",
+            "Tasks in the task store (all owners).",
+            registry=self.registry,
+        )
+
+    def observe(self, method: str, outcome: str, seconds: float) -> None:
+        self.requests.labels(method, outcome).inc()
+        self.seconds.labels(method).observe(seconds)
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,471 @@
+"""PostgreSQL stores for tasks and approvals, shared by every replica (`DATABASE_URL`).
+
+One asyncpg pool serves both stores. The schema (`ORRERY_A2A_DB_SCHEMA`, default `orrery_a2a`)
+and its tables are created on start under an advisory lock, so replicas starting together do not
+race. Every task query carries `owner = <principal key>`: a row of another owner is never read,
+counted, positioned against or overwritten (an upsert whose id belongs to another owner changes
+nothing). Tasks are stored as serialized protobuf next to the columns that listing filters and
+sorts on. Approval decisions and the gate are single conditional `UPDATE … RETURNING` statements,
+so a decision or a consumption happens once even with replicas racing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import Any
+
+import asyncpg
+from a2a.server.cluster.event_stream import TaskEventStream, VersionedEvent
+from a2a.server.cluster.task_store import (
+    ConcurrentTaskModificationError,
+    StoredTask,
+    VersionedTaskStore,
+)
+from a2a.server.cluster.version import TaskVersion
+from a2a.server.context import ServerCallContext
+from a2a.server.events import Event
+from a2a.types import a2a_pb2 as pb
+from a2a.utils import proto_utils
+
+from adapter.approvals import new_action_id
+from adapter.executor import TERMINAL
+from adapter.gateway import Confirmation, Decision, DecisionOutcome, GateOutcome, Proposal
+from adapter.principal import owner_of
+from adapter.task_store import ListQuery, page_response, sort_key
+from authz import logs
+
+logger = logging.getLogger("adapter.postgres")
+
+_SCHEMA_LOCK = 0x0A2A_5C4E  # pg_advisory_xact_lock key for schema creation
+_KEEP_SETTLED_SECONDS = 3600.0  # approvals are kept this long after they expire
+
+_DDL = """
+CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE IF NOT EXISTS {s}.tasks (
+    id text PRIMARY KEY,
+    owner text NOT NULL,
+    context_id text NOT NULL,
+    state integer NOT NULL,
+    has_ts boolean NOT NULL,
+    ts_ns bigint NOT NULL,
+    version bigint NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    task bytea NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {s}.task_events (
+    seq bigserial PRIMARY KEY,
+    task_id text NOT NULL,
+    version bigint NOT NULL,
+    event bytea NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS task_events_by_task ON {s}.task_events (task_id, seq);
+CREATE INDEX IF NOT EXISTS tasks_owner_order
+    ON {s}.tasks (owner, has_ts DESC, ts_ns DESC, (id COLLATE "C") DESC);
+CREATE TABLE IF NOT EXISTS {s}.approvals (
+    action_id text PRIMARY KEY,
+    owner text NOT NULL,
+    subject text NOT NULL,
+    session_id text NOT NULL,
+    task_id text NOT NULL,
+    tool text NOT NULL,
+    args jsonb NOT NULL,
+    level text NOT NULL,
+    status text NOT NULL,
+    created_at double precision NOT NULL,
+    expires_at double precision NOT NULL,
+    decided_at double precision
+);
+"""
+
+
+def _as_int(version: TaskVersion) -> int:
+    value = version._value  # the SDK gives no accessor; we minted it as an int
+    if not isinstance(value, int):
+        raise TypeError("PostgreSQL task versions are integers")
+    return value
+
+
+class PostgresTaskStore(VersionedTaskStore):
+    """Owner-scoped, versioned tasks in PostgreSQL (the SDK's cluster contract).
+
+    Every write is a compare-and-swap on the row's `version`, so two replicas never silently
+    overwrite each other: a stale writer gets `ConcurrentTaskModificationError`, reloads and
+    decides (the SDK does that). A write to CANCELED overwrites any non-terminal task — that is how
+    a cancel on one replica stops a turn running on another — and a terminal task is never
+    written again. The event that produced a write is
+    appended to `task_events` in the same transaction; `PostgresEventStream` tails it.
+    """
+
+    shared = True
+
+    def __init__(self, pool: asyncpg.Pool, schema: str) -> None:
+        self._pool = pool
+        self._t = f"{schema}.tasks"
+        self._events = f"{schema}.task_events"
+
+    async def save(
+        self,
+        task: pb.Task,
+        *,
+        event: Event | None,
+        prev: pb.Task | None,
+        prev_version: TaskVersion,
+        context: ServerCallContext,
+    ) -> TaskVersion:
+        del prev
+        owner = owner_of(context)
+        async with self._pool.acquire() as connection, connection.transaction():
+            version = await self._write(connection, task, owner, prev_version)
+            if version is None:
+                raise ConcurrentTaskModificationError(task.id)
+            if event is not None:
+                await connection.execute(
+                    f"INSERT INTO {self._events} (task_id, version, event) "  # noqa: S608
+                    "VALUES ($1, $2, $3)",
+                    task.id,
+                    version,
+                    proto_utils.to_stream_response(event).SerializeToString(),
+                )
+        return TaskVersion(version)
+
+    async def _write(
+        self, connection: Any, task: pb.Task, owner: str, prev_version: TaskVersion
+    ) -> int | None:
+        """The new version, or None when the compare-and-swap (or the first insert) lost."""
+        has_ts, ts_ns, _ = sort_key(task)
+        values = (
+            task.id,
+            owner,
+            task.context_id,
+            task.status.state,
+            has_ts,
+            ts_ns,
+            task.SerializeToString(),
+        )
+        # A terminal task is final: no write changes it, whatever version it names. (The SDK's
+        # consumer, after losing a race to a remote cancel, reloads and would otherwise apply the
+        # turn's next event on top of CANCELED.)
+        update = f"""UPDATE {self._t} SET context_id = $3, state = $4, has_ts = $5, ts_ns = $6,
+                         task = $7, version = version + 1, updated_at = now()
+                     WHERE id = $1 AND owner = $2 AND NOT (state = ANY($8::int[]))"""  # noqa: S608
+        terminal = [int(state) for state in TERMINAL]
+        if task.status.state == pb.TASK_STATE_CANCELED:
+            return await connection.fetchval(  # type: ignore[no-any-return]
+                update + " RETURNING version", *values, terminal
+            )
+        if prev_version.is_missing:
+            return await connection.fetchval(  # type: ignore[no-any-return]
+                f"""INSERT INTO {self._t} (id, owner, context_id, state, has_ts, ts_ns, task,
+                        version) VALUES ($1, $2, $3, $4, $5, $6, $7, 1)
+                    ON CONFLICT (id) DO NOTHING RETURNING version""",  # noqa: S608
+                *values,
+            )
+        return await connection.fetchval(  # type: ignore[no-any-return]
+            update + " AND version = $9 RETURNING version",
+            *values,
+            terminal,
+            _as_int(prev_version),
+        )
+
+    async def get(self, task_id: str, context: ServerCallContext) -> StoredTask | None:
+        row = await self._pool.fetchrow(
+            f"SELECT task, version FROM {self._t} WHERE id = $1 AND owner = $2",  # noqa: S608
+            task_id,
+            owner_of(context),
+        )
+        if row is None:
+            return None
+        return StoredTask(pb.Task.FromString(row["task"]), TaskVersion(row["version"]))
+
+    async def list(
+        self, params: pb.ListTasksRequest, context: ServerCallContext
+    ) -> pb.ListTasksResponse:
+        query = ListQuery.of(params)
+        args: list[Any] = [owner_of(context)]
+        where = ["owner = $1"]
+        if query.context_id:
+            args.append(query.context_id)
+            where.append(f"context_id = ${len(args)}")
+        if query.state:
+            args.append(query.state)
+            where.append(f"state = ${len(args)}")
+        if query.updated_after_ns is not None:
+            args.append(query.updated_after_ns)
+            where.append(f"has_ts AND ts_ns >= ${len(args)}")
+        filters = " AND ".join(where)
+        total = await self._pool.fetchval(
+            f"SELECT count(*) FROM {self._t} WHERE {filters}",  # noqa: S608
+            *args,
+        )
+        page_args = list(args)
+        page_where = filters
+        if query.after is not None:
+            page_args.extend(query.after)
+            n = len(page_args)
+            page_where += f' AND (has_ts, ts_ns, id COLLATE "C") < (${n - 2}, ${n - 1}, ${n})'
+        page_args.append(query.page_size + 1)
+        rows = await self._pool.fetch(
+            f"""SELECT task FROM {self._t} WHERE {page_where}
+                ORDER BY has_ts DESC, ts_ns DESC, id COLLATE "C" DESC
+                LIMIT ${len(page_args)}""",  # noqa: S608
+            *page_args,
+        )
+        page = [pb.Task.FromString(row["task"]) for row in rows[: query.page_size]]
+        return page_response(query, page, len(rows) > query.page_size, total)
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        await self._pool.execute(
+            f"DELETE FROM {self._t} WHERE id = $1 AND owner = $2",  # noqa: S608
+            task_id,
+            owner_of(context),
+        )
+
+    async def count(self) -> int:
+        return int(await self._pool.fetchval(f"SELECT count(*) FROM {self._t}"))  # noqa: S608
+
+    async def ping(self) -> None:
+        await self._pool.fetchval("SELECT 1")
+
+
+class PostgresEventStream(TaskEventStream):
+    """Task events across replicas: tails `task_events` (written by `PostgresTaskStore.save`).
+
+    Used by the SDK only for a task that runs on *another* replica (a local one is tapped in
+    memory): `SubscribeToTask` there gets the stored snapshot, then these events until the task
+    ends or is interrupted. Polls every `POLL_SECONDS`; callers are owner-checked before.
+    """
+
+    POLL_SECONDS = 0.2
+
+    def __init__(self, pool: asyncpg.Pool, schema: str) -> None:
+        self._pool = pool
+        self._events = f"{schema}.task_events"
+
+    async def publish(self, task_id: str, event: VersionedEvent) -> None:
+        """Nothing to do: the store appended the event in the transaction that applied it."""
+        del task_id, event
+
+    async def subscribe(
+        self, task_id: str, *, after: TaskVersion
+    ) -> AsyncGenerator[VersionedEvent, None]:
+        cursor = 0
+        if not after.is_missing:
+            cursor = await self._pool.fetchval(
+                f"SELECT coalesce(max(seq), 0) FROM {self._events} "  # noqa: S608
+                "WHERE task_id = $1 AND version <= $2",
+                task_id,
+                _as_int(after),
+            )
+        while True:
+            rows = await self._pool.fetch(
+                f"SELECT seq, version, event FROM {self._events} "  # noqa: S608
+                "WHERE task_id = $1 AND seq > $2 ORDER BY seq",
+                task_id,
+                cursor,
+            )
+            for row in rows:
+                cursor = row["seq"]
+                version = TaskVersion(row["version"])
+                if version.is_after(after):
+                    yield VersionedEvent(
+                        _event(pb.StreamResponse.FromString(row["event"])), version
+                    )
+            if not rows:
+                await asyncio.sleep(self.POLL_SECONDS)
+
+    async def destroy(self, task_id: str) -> None:
+        """Nothing to do: the sweep deletes old events."""
+        del task_id
+
+
+def _event(response: pb.StreamResponse) -> Event:
+    kind = response.WhichOneof("payload")
+    if kind is None:
+        raise ValueError("stored event has no payload")
+    return getattr(response, kind)  # type: ignore[no-any-return]
+
+
+def _confirmation(row: Mapping[str, Any]) -> Confirmation:
+    return Confirmation(
+        action_id=row["action_id"],
+        owner=row["owner"],
+        subject=row["subject"],
+        session_id=row["session_id"],
+        task_id=row["task_id"],
+        tool=row["tool"],
+        args=json.loads(row["args"]),
+        level=row["level"],
+        status=row["status"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+    )
+
+
+class PostgresConfirmationStore:
+    """Confirmations shared by every replica; decisions and consumption are atomic."""
+
+    shared = True
+
+    def __init__(
+        self, pool: asyncpg.Pool, schema: str, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._pool = pool
+        self._a = f"{schema}.approvals"
+        self._clock = clock
+
+    async def propose(self, proposal: Proposal) -> Confirmation:
+        now = self._clock()
+        row = await self._pool.fetchrow(
+            f"""INSERT INTO {self._a} (action_id, owner, subject, session_id, task_id, tool,
+                    args, level, status, created_at, expires_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, 'pending', $9, $10)
+                RETURNING *""",  # noqa: S608
+            new_action_id(),
+            proposal.owner,
+            proposal.subject,
+            proposal.session_id,
+            proposal.task_id,
+            proposal.tool,
+            json.dumps(dict(proposal.args)),
+            proposal.level,
+            now,
+            now + proposal.ttl,
+        )
+        return _confirmation(row)
+
+    async def _expire(self, condition: str, *args: Any) -> None:
+        await self._pool.execute(
+            f"""UPDATE {self._a} SET status = 'expired'
+                WHERE {condition} AND status IN ('pending', 'approved')
+                  AND expires_at <= ${len(args) + 1}""",  # noqa: S608
+            *args,
+            self._clock(),
+        )
+
+    async def get(self, action_id: str, *, subject: str) -> Confirmation | None:
+        await self._expire(
+            "action_id = $1 AND subject = $2 AND status = 'pending'", action_id, subject
+        )
+        row = await self._pool.fetchrow(
+            f"SELECT * FROM {self._a} WHERE action_id = $1 AND subject = $2",  # noqa: S608
+            action_id,
+            subject,
+        )
+        return None if row is None else _confirmation(row)
+
+    async def decide(self, action_id: str, *, subject: str, decision: Decision) -> DecisionOutcome:
+        new_status = "approved" if decision == "approve" else "denied"
+        status = await self._pool.fetchval(
+            f"""UPDATE {self._a} SET status = $3, decided_at = $4
+                WHERE action_id = $1 AND subject = $2 AND status = 'pending' AND expires_at > $4
+                RETURNING status""",  # noqa: S608
+            action_id,
+            subject,
+            new_status,
+            self._clock(),
+        )
+        if status is not None:
+            return "approved" if status == "approved" else "denied"
+        entry = await self.get(action_id, subject=subject)
+        if entry is None:
+            return "not_found"
+        return "expired" if entry.status == "expired" else "already_decided"
+
+    async def consume(self, action_id: str, *, owner: str) -> GateOutcome:
+        await self._expire("action_id = $1 AND owner = $2", action_id, owner)
+        consumed = await self._pool.fetchval(
+            f"""UPDATE {self._a} SET status = 'consumed'
+                WHERE action_id = $1 AND owner = $2 AND status = 'approved' AND expires_at > $3
+                RETURNING status""",  # noqa: S608
+            action_id,
+            owner,
+            self._clock(),
+        )
+        if consumed is not None:
+            return "approved"
+        status = await self._pool.fetchval(
+            f"SELECT status FROM {self._a} WHERE action_id = $1 AND owner = $2",  # noqa: S608
+            action_id,
+            owner,
+        )
+        return "not_found" if status is None else status
+
+    async def ping(self) -> None:
+        await self._pool.fetchval("SELECT 1")
+
+
+class PostgresStores:
+    """The pool and both stores; `open()` creates the schema, `close()` drains the pool.
+
+    Like the memory store, PostgreSQL keeps tasks only while they are used: a sweep (every
+    replica, every `min(idle_ttl / 4, 60 s)`; deletes are idempotent) drops tasks not written for
+    `idle_ttl`, and approvals an hour after they expired.
+    """
+
+    def __init__(
+        self, pool: asyncpg.Pool, schema: str, clock: Callable[[], float], idle_ttl: float
+    ) -> None:
+        self.pool = pool
+        self.tasks = PostgresTaskStore(pool, schema)
+        self.events = PostgresEventStream(pool, schema)
+        self.confirmations = PostgresConfirmationStore(pool, schema, clock=clock)
+        self._schema = schema
+        self._clock = clock
+        self._idle_ttl = idle_ttl
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="postgres-sweep")
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        schema: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        idle_ttl: float = 3600.0,
+    ) -> PostgresStores:
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=10, command_timeout=10)
+        try:
+            async with pool.acquire() as connection, connection.transaction():
+                await connection.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+                await connection.execute(_DDL.format(s=schema))
+        except BaseException:
+            await pool.close()
+            raise
+        return cls(pool, schema, clock, idle_ttl)
+
+    async def sweep(self) -> None:
+        """Drop idle tasks and long-settled approvals."""
+        await self.pool.execute(
+            f"DELETE FROM {self._schema}.tasks "  # noqa: S608 - schema is validated
+            "WHERE updated_at < now() - make_interval(secs => $1)",
+            self._idle_ttl,
+        )
+        await self.pool.execute(
+            f"DELETE FROM {self._schema}.task_events "  # noqa: S608
+            "WHERE created_at < now() - make_interval(secs => $1)",
+            self._idle_ttl,
+        )
+        await self.pool.execute(
+            f"DELETE FROM {self._schema}.approvals WHERE expires_at < $1",  # noqa: S608
+            self._clock() - _KEEP_SETTLED_SECONDS,
+        )
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(min(self._idle_ttl / 4, 60.0))
+            try:
+                await self.sweep()
+            except (asyncpg.PostgresError, OSError, TimeoutError) as exc:  # next time
+                logs.event(logger, "sweep_failed", logging.WARNING, error_type=type(exc).__name__)
+
+    async def close(self) -> None:
+        self._sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._sweeper
+        await self.pool.close()

@@ -1,0 +1,63 @@
+"""HTTP answers for refusals that happen before (or outside) JSON-RPC processing.
+
+* 401: `{"error": "<reason>", "error_description": "…"}` with `WWW-Authenticate: Bearer
+  realm="orrery-a2a"` (CONTRACTS.md), for a missing/invalid assertion on any surface;
+* 429: `Retry-After` and a JSON-RPC error body (DESIGN: "a JSON-RPC error body"), id null because
+  the body was not read, code -32000 (JSON-RPC's implementation-defined server-error range, outside
+  A2A's -32001…-32009), `ErrorInfo{reason: TOO_MANY_IN_FLIGHT, domain: orrery-a2a}`;
+* anything else (413, 503): `{"error", "error_description"}`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from adapter.errors import Refusal, TooManyInFlight, Unauthenticated
+
+ORRERY_DOMAIN = "orrery-a2a"
+TOO_MANY_IN_FLIGHT_CODE = -32000
+WWW_AUTHENTICATE = 'Bearer realm="orrery-a2a"'
+
+
+def too_many_in_flight_body(refusal: TooManyInFlight) -> dict[str, Any]:
+    """The 429 body: a JSON-RPC error (id null: the body was not read) with ErrorInfo."""
+    return {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": TOO_MANY_IN_FLIGHT_CODE,
+            "message": refusal.description,
+            "data": [
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "TOO_MANY_IN_FLIGHT",
+                    "domain": ORRERY_DOMAIN,
+                    "metadata": {
+                        "limit": str(refusal.limit),
+                        "retry_after": str(refusal.retry_after),
+                    },
+                }
+            ],
+        },
+    }
+
+
+def refusal_response(refusal: Refusal) -> web.Response:
+    """HTTP-level refusals: 401 with a Bearer challenge, 429 with Retry-After, others as JSON."""
+    headers: dict[str, str] = {}
+    if isinstance(refusal, TooManyInFlight):
+        headers["Retry-After"] = str(refusal.retry_after)
+        body: dict[str, Any] = too_many_in_flight_body(refusal)
+    else:
+        body = {"error": refusal.reason, "error_description": refusal.description}
+        if isinstance(refusal, Unauthenticated):
+            headers["WWW-Authenticate"] = WWW_AUTHENTICATE
+    return web.Response(
+        body=json.dumps(body, separators=(",", ":")).encode(),
+        status=refusal.status,
+        content_type="application/json",
+        headers=headers,
+    )

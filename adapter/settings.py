@@ -1,0 +1,146 @@
+"""Adapter settings: one frozen object built from the environment, passed explicitly.
+
+`AdapterSettings.from_env(env)` reads every variable the adapter uses (DESIGN.md "Configuration"
+plus the adapter's own tuning knobs), reports every bad one at once through `EnvReader`, and never
+echoes a secret. Nothing else in the package reads `os.environ`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from authz.assertion import AssertionKeys
+from authz.env import EnvReader, is_loopback_url
+
+DEFAULT_ADDR = "127.0.0.1:8081"
+DEFAULT_PUBLIC_URL = "http://127.0.0.1:8080/a2a"
+DEFAULT_SCHEMA = "orrery_a2a"
+_SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_GATEWAY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+def _public_url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected an absolute http(s) URL, got {text!r}")
+    if parts.scheme == "http" and not is_loopback_url(text):
+        raise ValueError("must be https outside loopback")
+    if parts.query or parts.fragment:
+        raise ValueError("must not carry a query or fragment")
+    return text
+
+
+def _database_url(text: str) -> str:
+    if urlsplit(text).scheme not in ("postgres", "postgresql"):
+        # Never echo the value: it usually carries a password.
+        raise ValueError("expected a postgresql:// URL")
+    return text
+
+
+def _redis_url(text: str) -> str:
+    if urlsplit(text).scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("expected a redis://, rediss:// or unix:// URL")
+    return text
+
+
+def _schema(text: str) -> str:
+    if not _SCHEMA.fullmatch(text):
+        raise ValueError("expected a lower-case SQL identifier ([a-z_][a-z0-9_]*)")
+    return text
+
+
+def _gateway(text: str) -> str:
+    if not _GATEWAY.fullmatch(text):
+        raise ValueError(f"expected module:factory, got {text!r}")
+    return text
+
+
+def _keys(text: str) -> AssertionKeys | None:
+    return AssertionKeys.parse(text)
+
+
+def _optional(reader: EnvReader, name: str, parse: Callable[[str], str]) -> str | None:
+    """An optional variable: absent or empty is None, present must parse."""
+    if not reader.raw(name):
+        return None
+    return reader.parsed(name, "", parse, None)
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterSettings:
+    """Everything the adapter needs to run; built once at start-up."""
+
+    addr: tuple[str, int]
+    assertion_keys: AssertionKeys
+    public_url: str
+    max_in_flight: int
+    redis_url: str | None
+    gateway: str | None
+    database_url: str | None
+    db_schema: str
+    multi_replica: bool
+    max_body_bytes: int
+    approval_ttl: float
+    task_idle_ttl: float
+    max_tasks: int
+    shutdown_grace: float
+    log_level: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> AdapterSettings:
+        """Build the settings or raise one `ConfigError` naming every bad variable."""
+        reader = EnvReader(env)
+        keys = None
+        if reader.string("ORRERY_A2A_ASSERTION_KEYS", required=True):
+            keys = reader.parsed("ORRERY_A2A_ASSERTION_KEYS", "", _keys, None)
+        database_url = _optional(reader, "DATABASE_URL", _database_url)
+        redis_url = _optional(reader, "ORRERY_A2A_REDIS_URL", _redis_url)
+        gateway = _optional(reader, "ORRERY_A2A_GATEWAY", _gateway)
+        multi_replica = reader.boolean("ORRERY_MULTI_REPLICA")
+        if multi_replica:
+            if not reader.raw("DATABASE_URL"):
+                reader.problem(
+                    "DATABASE_URL",
+                    "ORRERY_MULTI_REPLICA=true needs a shared store for tasks and approvals",
+                )
+            if not reader.raw("ORRERY_A2A_REDIS_URL"):
+                reader.problem(
+                    "ORRERY_A2A_REDIS_URL",
+                    "ORRERY_MULTI_REPLICA=true needs a shared in-flight counter",
+                )
+        log_level = reader.string("ORRERY_A2A_LOG_LEVEL", "INFO").upper()
+        if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            reader.problem("ORRERY_A2A_LOG_LEVEL", "expected DEBUG, INFO, WARNING or ERROR")
+        settings = cls(
+            addr=reader.address("ORRERY_A2A_ADAPTER_ADDR", DEFAULT_ADDR),
+            assertion_keys=keys,  # type: ignore[arg-type]  # None only when finish() raises
+            public_url=reader.parsed(
+                "ORRERY_A2A_PUBLIC_URL", DEFAULT_PUBLIC_URL, _public_url, DEFAULT_PUBLIC_URL
+            ),
+            max_in_flight=reader.integer("ORRERY_A2A_MAX_IN_FLIGHT", 4, minimum=1, maximum=1000),
+            redis_url=redis_url,
+            gateway=gateway,
+            database_url=database_url,
+            db_schema=reader.parsed(
+                "ORRERY_A2A_DB_SCHEMA", DEFAULT_SCHEMA, _schema, DEFAULT_SCHEMA
+            ),
+            multi_replica=multi_replica,
+            max_body_bytes=reader.integer(
+                "ORRERY_A2A_MAX_BODY_BYTES", 131072, minimum=1024, maximum=16 * 1024 * 1024
+            ),
+            approval_ttl=reader.seconds("ORRERY_A2A_APPROVAL_TTL", "15m", minimum=1.0),
+            task_idle_ttl=reader.seconds("ORRERY_A2A_TASK_IDLE_TTL", "1h", minimum=1.0),
+            max_tasks=reader.integer("ORRERY_A2A_MAX_TASKS", 10000, minimum=1),
+            shutdown_grace=reader.seconds("ORRERY_A2A_SHUTDOWN_GRACE", "10s"),
+            log_level=log_level,
+        )
+        reader.finish()
+        return settings
+
+    @property
+    def shared_stores(self) -> bool:
+        """True when tasks and approvals live in PostgreSQL (visible to every replica)."""
+        return self.database_url is not None

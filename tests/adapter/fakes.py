@@ -1,0 +1,40 @@
+"""A recording gateway: the demo gateway plus a log of the turns it saw and an optional gate.
+
+A fake at a seam we own (`AgentGateway`), used to observe what reaches the gateway (session ids,
+text) and to hold turns open (in-flight caps, streams, shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from adapter.demo_gateway import SPECIALISTS, DemoGateway
+from adapter.gateway import ConfirmationStore, GatewayContext, Pending, Reply, Specialist, Turn
+
+
+class RecordingGateway:
+    def __init__(self, context: GatewayContext) -> None:
+        self.demo = DemoGateway(context.confirmations, context.approval_ttl)
+        self.turns: list[Turn] = []
+        self.hold: asyncio.Event | None = None
+        self.started = asyncio.Event()
+        self.specialists: list[Specialist] = list(SPECIALISTS)
+
+    @property
+    def confirmations(self) -> ConfirmationStore:
+        return self.demo.confirmations
+
+    async def inventory(self) -> Sequence[Specialist]:
+        return list(self.specialists)
+
+    async def run_in_session(self, turn: Turn) -> Reply | Pending:
+        self.turns.append(turn)
+        self.started.set()
+        if self.hold is not None:
+            await self.hold.wait()
+        return await self.demo.run_in_session(turn)
+
+
+def create(context: GatewayContext) -> RecordingGateway:
+    return RecordingGateway(context)

@@ -1,0 +1,99 @@
+"""The public agent card: a valid, minimal A2A 1.0 card with validators, no 0.3 fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from a2a.types import a2a_pb2 as pb
+from google.protobuf.json_format import ParseDict
+
+from tests.adapter.conftest import Server, running
+
+LEGACY_KEYS = {
+    "url",
+    "preferredTransport",
+    "protocolVersion",
+    "security",
+    "supportsAuthenticatedExtendedCard",
+    "additionalInterfaces",
+}
+
+
+async def fetch(server: Server, **headers: str) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=server.base) as http:
+        return await http.get("/.well-known/agent-card.json", headers=headers)
+
+
+async def test_card_is_public_and_parses_strictly_as_1_0(server: Server) -> None:
+    """No assertion needed; every member is an A2A 1.0 AgentCard field (strict parse)."""
+    response = await fetch(server)
+    assert response.status_code == 200
+    card = response.json()
+    ParseDict(card, pb.AgentCard())  # raises on any unknown (e.g. 0.3) member
+    assert not LEGACY_KEYS & set(card)
+
+
+async def test_card_has_the_required_fields(server: Server) -> None:
+    """Trap 1: name, description, version, capabilities, skills (with tags), interfaces, modes."""
+    card: dict[str, Any] = (await fetch(server)).json()
+    for field in (
+        "name",
+        "description",
+        "version",
+        "capabilities",
+        "skills",
+        "supportedInterfaces",
+        "defaultInputModes",
+        "defaultOutputModes",
+    ):
+        assert card[field], field
+    assert all(skill["tags"] for skill in card["skills"])
+    assert card["supportedInterfaces"] == [
+        {"url": server.base + "/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+    ]
+    assert card["capabilities"] == {
+        "streaming": True,
+        "pushNotifications": False,
+        "extendedAgentCard": True,
+    }
+
+
+async def test_card_names_the_real_bearer_scheme(server: Server) -> None:
+    """securitySchemes is the bearer scheme authz enforces, and it is required."""
+    card = (await fetch(server)).json()
+    assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+    assert card["securityRequirements"] == [{"schemes": {"bearer": {}}}]
+
+
+async def test_public_card_has_no_specialists(server: Server) -> None:
+    """The specialists are only in the authenticated extended card."""
+    card = (await fetch(server)).json()
+    assert [skill["id"] for skill in card["skills"]] == ["orrery"]
+
+
+async def test_card_carries_validators(server: Server) -> None:
+    """ETag and Cache-Control with max-age; If-None-Match gets 304."""
+    response = await fetch(server)
+    etag = response.headers["ETag"]
+    assert "max-age=" in response.headers["Cache-Control"]
+    again = await fetch(server, **{"If-None-Match": etag})
+    assert again.status_code == 304 and again.headers["ETag"] == etag
+    assert (await fetch(server, **{"If-None-Match": '"other"'})).status_code == 200
+
+
+async def test_extended_card_needs_an_assertion(server: Server) -> None:
+    """GetExtendedAgentCard without a principal is 401."""
+    response = await server.rpc(None, "GetExtendedAgentCard", {})
+    assert response.status_code == 401
+
+
+@pytest.mark.parametrize("url", ["http://orrery.example.com/a2a", "ftp://127.0.0.1/a2a"])
+async def test_public_url_must_be_https_outside_loopback(url: str) -> None:
+    """A plain-http public URL outside loopback is a configuration error."""
+    from authz.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="ORRERY_A2A_PUBLIC_URL"):
+        async with running({"ORRERY_A2A_PUBLIC_URL": url}):
+            pass

@@ -1,0 +1,181 @@
+"""The per-principal cap on turns in flight, in memory and shared through Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from adapter.errors import LimiterUnavailable, TooManyInFlight
+from adapter.limits import RedisLimiter
+from tests.adapter.conftest import Server, delegated, running
+
+ALICE_BOT = delegated("bot", "alice")
+OTHER_BOT = delegated("bot-2", "alice")
+
+
+def send_params(text: str = "how is search?") -> dict[str, Any]:
+    return {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": text}]}}
+
+
+async def fill(server: Server, count: int) -> list[asyncio.Task[Any]]:
+    """Start `count` turns that stay in flight until the gateway's hold is released."""
+    server.gateway.hold = asyncio.Event()
+    turns = [
+        asyncio.create_task(server.rpc(ALICE_BOT, "SendMessage", send_params()))
+        for _ in range(count)
+    ]
+    while len(server.gateway.turns) < count:
+        await asyncio.sleep(0.02)
+    return turns
+
+
+async def test_over_the_cap_is_429_with_retry_after_and_a_jsonrpc_body() -> None:
+    """The fifth concurrent turn of one principal gets 429, Retry-After and a JSON-RPC error."""
+    async with running({"ORRERY_A2A_MAX_IN_FLIGHT": "4"}) as server:
+        turns = await fill(server, 4)
+        response = await server.rpc(ALICE_BOT, "SendMessage", send_params())
+        assert response.status_code == 429
+        assert response.headers["Retry-After"] == "1"
+        body = response.json()
+        assert body["jsonrpc"] == "2.0" and body["id"] is None
+        assert body["error"]["code"] == -32000
+        assert body["error"]["data"][0]["reason"] == "TOO_MANY_IN_FLIGHT"
+        assert body["error"]["data"][0]["metadata"] == {"limit": "4", "retry_after": "1"}
+        assert len(server.gateway.turns) == 4  # the refused turn never ran
+        server.gateway.hold.set()  # type: ignore[union-attr]
+        await asyncio.gather(*turns)
+        after = await server.rpc(ALICE_BOT, "SendMessage", send_params())
+        assert after.status_code == 200 and "task" in after.json()["result"]
+
+
+async def test_cap_is_per_principal() -> None:
+    """Another agent of the same user has its own cap."""
+    async with running({"ORRERY_A2A_MAX_IN_FLIGHT": "1"}) as server:
+        turns = await fill(server, 1)
+        other = asyncio.create_task(server.rpc(OTHER_BOT, "SendMessage", send_params()))
+        while len(server.gateway.turns) < 2:
+            await asyncio.sleep(0.02)
+        server.gateway.hold.set()  # type: ignore[union-attr]
+        assert (await other).status_code == 200
+        await asyncio.gather(*turns)
+
+
+async def test_reads_are_not_capped() -> None:
+    """GetTask/ListTasks do not take a slot."""
+    async with running({"ORRERY_A2A_MAX_IN_FLIGHT": "1"}) as server:
+        turns = await fill(server, 1)
+        assert (await server.rpc(ALICE_BOT, "ListTasks", {})).status_code == 200
+        server.gateway.hold.set()  # type: ignore[union-attr]
+        await asyncio.gather(*turns)
+
+
+async def test_return_immediately_keeps_the_slot_until_the_turn_ends() -> None:
+    """A non-blocking send answers at once but its turn still counts until it finishes."""
+    async with running({"ORRERY_A2A_MAX_IN_FLIGHT": "1"}) as server:
+        server.gateway.hold = asyncio.Event()
+        params = send_params()
+        params["configuration"] = {"returnImmediately": True}
+        first = await server.rpc(ALICE_BOT, "SendMessage", params)
+        assert first.status_code == 200
+        assert (await server.rpc(ALICE_BOT, "SendMessage", send_params())).status_code == 429
+        server.gateway.hold.set()
+        for _ in range(400):
+            response = await server.rpc(ALICE_BOT, "SendMessage", send_params())
+            if response.status_code == 200:
+                break
+            await asyncio.sleep(0.05)
+        assert response.status_code == 200
+
+
+async def test_refused_turns_release_their_slot(server: Server) -> None:
+    """A turn refused by the SDK (unknown task) does not leak its slot."""
+    params = send_params()
+    params["message"]["taskId"] = "unknown"
+    for _ in range(10):
+        response = await server.rpc(ALICE_BOT, "SendMessage", params)
+        assert response.json()["error"]["code"] == -32001
+    assert (await server.rpc(ALICE_BOT, "SendMessage", send_params())).status_code == 200
+
+
+@pytest.mark.redis
+async def test_redis_cap_is_shared_between_replicas(redis_url: str) -> None:
+    """Two limiters on one Redis count one principal's turns together."""
+    one, two = RedisLimiter(redis_url, 2), RedisLimiter(redis_url, 2)
+    try:
+        first = await one.acquire("k")
+        await two.acquire("k")
+        with pytest.raises(TooManyInFlight):
+            await one.acquire("k")
+        await first.release()
+        await first.release()  # idempotent: frees one slot, not two
+        await two.acquire("k")
+        with pytest.raises(TooManyInFlight):
+            await two.acquire("k")
+    finally:
+        await one.close()
+        await two.close()
+
+
+@pytest.mark.redis
+async def test_redis_slots_of_a_crashed_replica_expire(redis_url: str) -> None:
+    """A replica that dies without releasing stops renewing; its slots lapse after one lease."""
+    crashed, survivor = RedisLimiter(redis_url, 1, lease=3), RedisLimiter(redis_url, 1, lease=3)
+    try:
+        await crashed.acquire("k")
+        await crashed.close()  # the process is gone: no release, no renewal
+        with pytest.raises(TooManyInFlight):
+            await survivor.acquire("k")
+        await asyncio.sleep(3.5)
+        slot = await survivor.acquire("k")
+        await slot.release()
+    finally:
+        await survivor.close()
+
+
+@pytest.mark.redis
+async def test_redis_leases_of_a_live_turn_are_renewed(redis_url: str) -> None:
+    """A turn longer than the lease keeps its slot while its replica lives."""
+    holder, other = RedisLimiter(redis_url, 1, lease=2), RedisLimiter(redis_url, 1, lease=2)
+    try:
+        slot = await holder.acquire("k")
+        await asyncio.sleep(5)  # two and a half leases: only renewal keeps it
+        with pytest.raises(TooManyInFlight):
+            await other.acquire("k")
+        await slot.release()
+        await (await other.acquire("k")).release()
+    finally:
+        await holder.close()
+        await other.close()
+
+
+async def test_unreachable_redis_fails_closed() -> None:
+    """Redis down: the turn is refused with 503, and /readyz says the limiter is unavailable."""
+    limiter = RedisLimiter("redis://127.0.0.1:1/0", 4)
+    try:
+        with pytest.raises(LimiterUnavailable):
+            await limiter.acquire("k")
+    finally:
+        await limiter.close()
+    async with running({"ORRERY_A2A_REDIS_URL": "redis://127.0.0.1:1/0"}) as server:
+        response = await server.rpc(ALICE_BOT, "SendMessage", send_params())
+        assert response.status_code == 503
+        assert response.json()["error"] == "limiter_unavailable"
+        async with server.http(None) as http:
+            ready = await http.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["checks"]["limiter"] == "unavailable"
+
+
+@pytest.mark.redis
+async def test_adapter_with_redis_caps_turns(redis_url: str) -> None:
+    """End to end with ORRERY_A2A_REDIS_URL: the cap holds and slots come back."""
+    async with running(
+        {"ORRERY_A2A_REDIS_URL": redis_url, "ORRERY_A2A_MAX_IN_FLIGHT": "1"}
+    ) as server:
+        turns = await fill(server, 1)
+        assert (await server.rpc(ALICE_BOT, "SendMessage", send_params())).status_code == 429
+        server.gateway.hold.set()  # type: ignore[union-attr]
+        await asyncio.gather(*turns)
+        assert (await server.rpc(ALICE_BOT, "SendMessage", send_params())).status_code == 200

@@ -1,0 +1,162 @@
+"""`python -m adapter` as a process, and graceful shutdown of running streams."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.adapter.conftest import (
+    KEYS_SPEC,
+    assertion_headers,
+    delegated,
+    fresh_schema,
+    running,
+)
+
+
+def adapter_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ORRERY_", "DATABASE_URL"))}
+    env.update({"ORRERY_A2A_ASSERTION_KEYS": KEYS_SPEC, "ORRERY_A2A_ADAPTER_ADDR": "127.0.0.1:0"})
+    env.update(extra)
+    return env
+
+
+async def start_adapter(env: dict[str, str]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "adapter",
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def next_event(process: asyncio.subprocess.Process, name: str) -> dict[str, Any]:
+    assert process.stderr is not None
+    while True:
+        line = await asyncio.wait_for(process.stderr.readline(), timeout=60)
+        assert line, f"adapter exited before logging {name!r}"
+        event = json.loads(line)
+        if event["event"] == name:
+            return event  # type: ignore[no-any-return]
+
+
+async def test_serves_logs_its_address_and_stops_on_sigterm() -> None:
+    """Start on port 0, log `serving` with the real address, answer, exit 0 on SIGTERM."""
+    process = await start_adapter(adapter_env())
+    try:
+        serving = await next_event(process, "serving")
+        host, port = serving["addr"].rsplit(":", 1)
+        assert host == "127.0.0.1" and int(port) > 0
+        async with httpx.AsyncClient(base_url=f"http://{serving['addr']}") as http:
+            assert (await http.get("/healthz")).json() == {"status": "ok"}
+            card = await http.get("/.well-known/agent-card.json")
+            assert card.json()["name"] == "Orrery"
+        process.send_signal(signal.SIGTERM)
+        await next_event(process, "stopped")
+        assert await asyncio.wait_for(process.wait(), timeout=60) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+async def test_multi_replica_starts_with_shared_stores(database_url: str, redis_url: str) -> None:
+    """ORRERY_MULTI_REPLICA=true with PostgreSQL and Redis serves, and says so."""
+    async with fresh_schema(database_url) as schema:
+        process = await start_adapter(
+            adapter_env(
+                ORRERY_MULTI_REPLICA="true",
+                DATABASE_URL=database_url,
+                ORRERY_A2A_DB_SCHEMA=schema,
+                ORRERY_A2A_REDIS_URL=redis_url,
+            )
+        )
+        try:
+            serving = await next_event(process, "serving")
+            assert (serving["stores"], serving["limiter"]) == ("postgresql", "redis")
+            async with httpx.AsyncClient(base_url=f"http://{serving['addr']}") as http:
+                assert (await http.get("/readyz")).json()["status"] == "ready"
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(process.wait(), timeout=60) == 0
+
+
+async def test_sigint_also_stops_cleanly() -> None:
+    """Ctrl-C (SIGINT) is a clean stop too."""
+    process = await start_adapter(adapter_env())
+    await next_event(process, "serving")
+    process.send_signal(signal.SIGINT)
+    assert await asyncio.wait_for(process.wait(), timeout=60) == 0
+
+
+async def test_bad_configuration_exits_2_naming_every_variable() -> None:
+    """Every bad variable in one message on stderr, exit code 2, nothing served."""
+    env = adapter_env(ORRERY_A2A_MAX_IN_FLIGHT="many", ORRERY_MULTI_REPLICA="true")
+    del env["ORRERY_A2A_ASSERTION_KEYS"]
+    process = await start_adapter(env)
+    _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode == 2
+    text = stderr.decode()
+    for name in (
+        "ORRERY_A2A_ASSERTION_KEYS",
+        "ORRERY_A2A_MAX_IN_FLIGHT",
+        "DATABASE_URL",
+        "ORRERY_A2A_REDIS_URL",
+    ):
+        assert name in text
+    assert "Traceback" not in text
+
+
+async def test_unloadable_gateway_exits_2() -> None:
+    """ORRERY_A2A_GATEWAY naming a missing module stops start-up with exit code 2."""
+    process = await start_adapter(adapter_env(ORRERY_A2A_GATEWAY="no_such_module:create"))
+    _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode == 2
+    assert b"ORRERY_A2A_GATEWAY" in stderr and b"Traceback" not in stderr
+
+
+async def test_running_stream_ends_with_a_final_event_on_shutdown() -> None:
+    """At shutdown a stream gets its grace, then a final task event and a clean end."""
+    async with running({"ORRERY_A2A_SHUTDOWN_GRACE": "1s"}) as server:
+        server.gateway.hold = asyncio.Event()
+        body = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "SendStreamingMessage",
+            "params": {
+                "message": {
+                    "messageId": "m",
+                    "role": "ROLE_USER",
+                    "parts": [{"text": "how is search?"}],
+                }
+            },
+        }
+        headers = {"A2A-Version": "1.0", **assertion_headers(delegated())}
+        events: list[dict[str, Any]] = []
+        async with (
+            httpx.AsyncClient(base_url=server.base, timeout=60) as http,
+            http.stream("POST", "/a2a", json=body, headers=headers) as response,
+        ):
+            lines = response.aiter_lines()
+            async for line in lines:
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    break
+            stopping = asyncio.create_task(server.runner.cleanup())
+            # The rest ends cleanly: no read error, no cut connection.
+            events += [json.loads(line[6:]) async for line in lines if line.startswith("data: ")]
+        await stopping
+    assert [next(iter(e["result"])) for e in events] == ["task", "task"]
+    assert events[-1]["id"] == 7
+    assert events[-1]["result"]["task"]["status"]["state"] == "TASK_STATE_SUBMITTED"

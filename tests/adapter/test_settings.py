@@ -1,0 +1,66 @@
+"""Adapter settings from the environment: defaults, every bad variable named, multi-replica."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapter.settings import AdapterSettings
+from authz.errors import ConfigError
+from tests.adapter.conftest import KEYS_SPEC
+
+
+def test_defaults() -> None:
+    """Only the assertion keys are required; the rest has DESIGN's defaults."""
+    settings = AdapterSettings.from_env({"ORRERY_A2A_ASSERTION_KEYS": KEYS_SPEC})
+    assert settings.addr == ("127.0.0.1", 8081)
+    assert settings.max_in_flight == 4
+    assert settings.public_url == "http://127.0.0.1:8080/a2a"
+    assert settings.database_url is None and settings.redis_url is None
+    assert settings.gateway is None and settings.multi_replica is False
+    assert (settings.task_idle_ttl, settings.max_tasks) == (3600.0, 10000)
+
+
+def test_every_bad_variable_is_named_together() -> None:
+    """One error names each bad variable, without echoing secrets."""
+    with pytest.raises(ConfigError) as caught:
+        AdapterSettings.from_env(
+            {
+                "ORRERY_A2A_MAX_IN_FLIGHT": "0",
+                "DATABASE_URL": "mysql://user:hunter2@db/x",
+                "ORRERY_A2A_GATEWAY": "not a factory",
+                "ORRERY_A2A_DB_SCHEMA": "Robert'); DROP",
+            }
+        )
+    text = str(caught.value)
+    for name in (
+        "ORRERY_A2A_ASSERTION_KEYS",
+        "ORRERY_A2A_MAX_IN_FLIGHT",
+        "DATABASE_URL",
+        "ORRERY_A2A_GATEWAY",
+        "ORRERY_A2A_DB_SCHEMA",
+    ):
+        assert name in text
+    assert "hunter2" not in text
+
+
+def test_multi_replica_refuses_unshared_stores() -> None:
+    """ORRERY_MULTI_REPLICA=true without shared stores names what is missing."""
+    with pytest.raises(ConfigError) as caught:
+        AdapterSettings.from_env(
+            {"ORRERY_A2A_ASSERTION_KEYS": KEYS_SPEC, "ORRERY_MULTI_REPLICA": "true"}
+        )
+    problems = " ".join(caught.value.problems)
+    assert "DATABASE_URL" in problems and "ORRERY_A2A_REDIS_URL" in problems
+
+
+def test_multi_replica_with_shared_stores_is_accepted() -> None:
+    """With PostgreSQL and Redis configured, multi-replica starts."""
+    settings = AdapterSettings.from_env(
+        {
+            "ORRERY_A2A_ASSERTION_KEYS": KEYS_SPEC,
+            "ORRERY_MULTI_REPLICA": "true",
+            "DATABASE_URL": "postgresql://postgres@127.0.0.1/test",
+            "ORRERY_A2A_REDIS_URL": "redis://127.0.0.1:6379/0",
+        }
+    )
+    assert settings.multi_replica and settings.shared_stores

@@ -1,0 +1,302 @@
+"""Task and confirmation stores: the same owner-scoping contract in memory and in PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from a2a.server.cluster.task_store import ConcurrentTaskModificationError
+from a2a.server.cluster.version import TaskVersion
+from a2a.server.context import ServerCallContext
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import InvalidParamsError
+from google.protobuf import timestamp_pb2
+
+from adapter.postgres import PostgresStores, PostgresTaskStore
+from adapter.principal import PrincipalUser
+from adapter.task_store import BoundedTaskStore
+from tests.adapter.conftest import PROPOSAL, delegated, fresh_schema
+
+ALICE = ServerCallContext(user=PrincipalUser(delegated("bot", "alice")))
+BOB = ServerCallContext(user=PrincipalUser(delegated("bot", "bob")))
+
+
+def task(
+    seconds: int,
+    context_id: str = "ctx",
+    state: int = pb.TASK_STATE_COMPLETED,
+    task_id: str | None = None,
+) -> pb.Task:
+    stamp = timestamp_pb2.Timestamp(seconds=seconds)
+    return pb.Task(
+        id=task_id or uuid.uuid4().hex,
+        context_id=context_id,
+        status=pb.TaskStatus(state=state, timestamp=stamp),
+    )  # type: ignore[arg-type]
+
+
+class Unversioned:
+    """The plain `TaskStore` view of a versioned store, so one contract runs on both stores."""
+
+    def __init__(self, store: PostgresTaskStore) -> None:
+        self.store = store
+
+    async def save(self, saved: pb.Task, context: ServerCallContext) -> None:
+        current = await self.store.get(saved.id, context)
+        version = current.version if current else TaskVersion.MISSING
+        # Another owner's id is refused (raises); the contract tests observe the outcome.
+        with contextlib.suppress(ConcurrentTaskModificationError):
+            await self.store.save(
+                saved, event=None, prev=None, prev_version=version, context=context
+            )
+
+    async def get(self, task_id: str, context: ServerCallContext) -> pb.Task | None:
+        stored = await self.store.get(task_id, context)
+        return stored.task if stored else None
+
+    async def list(self, params: pb.ListTasksRequest, context: ServerCallContext) -> Any:
+        return await self.store.list(params, context)
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        await self.store.delete(task_id, context)
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str | None:
+    """None for the memory store, the database URL for PostgreSQL."""
+    if request.param == "memory":
+        return None
+    return str(request.getfixturevalue("database_url"))
+
+
+@pytest.fixture
+async def store(backend: str | None) -> AsyncIterator[Any]:
+    if backend is None:
+        yield BoundedTaskStore()
+        return
+    async with fresh_schema(backend) as schema:
+        stores = await PostgresStores.open(backend, schema)
+        try:
+            yield Unversioned(stores.tasks)
+        finally:
+            await stores.close()
+
+
+async def test_get_is_owner_scoped(store: Any) -> None:
+    """Another owner's task reads as missing."""
+    saved = task(10)
+    await store.save(saved, ALICE)
+    assert (await store.get(saved.id, ALICE)) == saved
+    assert await store.get(saved.id, BOB) is None
+
+
+async def test_returned_tasks_are_copies(store: Any) -> None:
+    """Mutating a returned task does not change the stored one."""
+    saved = task(10)
+    await store.save(saved, ALICE)
+    got = await store.get(saved.id, ALICE)
+    got.status.state = pb.TASK_STATE_FAILED
+    assert (await store.get(saved.id, ALICE)).status.state == pb.TASK_STATE_COMPLETED
+
+
+async def test_save_cannot_overwrite_another_owners_task(store: Any) -> None:
+    """A save under another owner with the same id never changes the first owner's task."""
+    saved = task(10)
+    await store.save(saved, ALICE)
+    forged = task(20, task_id=saved.id, state=pb.TASK_STATE_FAILED)
+    await store.save(forged, BOB)
+    assert (await store.get(saved.id, ALICE)) == saved
+
+
+async def test_delete_is_owner_scoped(store: Any) -> None:
+    """Deleting someone else's task does nothing."""
+    saved = task(10)
+    await store.save(saved, ALICE)
+    await store.delete(saved.id, BOB)
+    assert await store.get(saved.id, ALICE) is not None
+    await store.delete(saved.id, ALICE)
+    assert await store.get(saved.id, ALICE) is None
+
+
+async def test_list_pages_newest_first_with_owner_totals(store: Any) -> None:
+    """Pages run newest first; totals and tokens only know the caller's tasks."""
+    mine = [task(seconds) for seconds in (10, 30, 20, 40, 50)]
+    for saved in mine:
+        await store.save(saved, ALICE)
+    await store.save(task(35), BOB)
+    seen: list[str] = []
+    token = ""
+    while True:
+        page = await store.list(pb.ListTasksRequest(page_size=2, page_token=token), ALICE)
+        assert page.total_size == 5 and page.page_size == 2
+        seen += [t.id for t in page.tasks]
+        token = page.next_page_token
+        if not token:
+            break
+    expected = [t.id for t in sorted(mine, key=lambda t: t.status.timestamp.seconds, reverse=True)]
+    assert seen == expected
+
+
+async def test_equal_timestamps_are_ordered_by_id(store: Any) -> None:
+    """Ties on the timestamp are broken by id (descending), the same in both stores."""
+    tied = [task(10, task_id=f"task-{c}") for c in "bAa_Z"]
+    for saved in tied:
+        await store.save(saved, ALICE)
+    page = await store.list(pb.ListTasksRequest(), ALICE)
+    assert [t.id for t in page.tasks] == sorted((t.id for t in tied), reverse=True)
+
+
+async def test_list_filters(store: Any) -> None:
+    """contextId, status and statusTimestampAfter filter before counting."""
+    await store.save(task(10, "c1"), ALICE)
+    await store.save(task(20, "c2", pb.TASK_STATE_INPUT_REQUIRED), ALICE)
+    await store.save(task(30, "c1", pb.TASK_STATE_INPUT_REQUIRED), ALICE)
+    by_context = await store.list(pb.ListTasksRequest(context_id="c1"), ALICE)
+    by_state = await store.list(pb.ListTasksRequest(status=pb.TASK_STATE_INPUT_REQUIRED), ALICE)
+    after = pb.ListTasksRequest(status_timestamp_after=timestamp_pb2.Timestamp(seconds=20))
+    recent = await store.list(after, ALICE)
+    assert (by_context.total_size, by_state.total_size, recent.total_size) == (2, 2, 2)
+
+
+async def test_bad_page_token_is_invalid_params(store: Any) -> None:
+    """A token that does not decode is -32602."""
+    with pytest.raises(InvalidParamsError):
+        await store.list(pb.ListTasksRequest(page_token="!!"), ALICE)
+
+
+async def test_memory_store_drops_idle_tasks() -> None:
+    """A task not touched for the idle TTL is gone."""
+    now = [0.0]
+    store = BoundedTaskStore(idle_ttl=3600, clock=lambda: now[0])
+    old, fresh = task(1), task(2)
+    await store.save(old, ALICE)
+    now[0] = 1800
+    await store.save(fresh, ALICE)
+    now[0] = 3601
+    assert await store.get(old.id, ALICE) is None
+    assert await store.get(fresh.id, ALICE) is not None
+    assert (await store.list(pb.ListTasksRequest(), ALICE)).total_size == 1
+
+
+async def test_memory_store_keeps_at_most_max_tasks() -> None:
+    """Over the cap the least recently used task goes first."""
+    store = BoundedTaskStore(max_tasks=3)
+    tasks = [task(i) for i in range(3)]
+    for saved in tasks:
+        await store.save(saved, ALICE)
+    await store.get(tasks[0].id, ALICE)  # touch: now tasks[1] is the oldest
+    await store.save(task(9), BOB)
+    assert await store.count() == 3
+    assert await store.get(tasks[1].id, ALICE) is None
+    assert await store.get(tasks[0].id, ALICE) is not None
+
+
+async def test_postgres_confirmations_follow_the_rules(database_url: str) -> None:
+    """Decide once, only by the subject; consume once, only by the owner; expiry wins."""
+    now = [1000.0]
+    async with fresh_schema(database_url) as schema:
+        stores = await PostgresStores.open(database_url, schema, clock=lambda: now[0])
+        try:
+            await _confirmation_rules(stores, now)
+        finally:
+            await stores.close()
+
+
+async def _confirmation_rules(stores: PostgresStores, now: list[float]) -> None:
+    store = stores.confirmations
+    entry = await store.propose(PROPOSAL)
+    assert await store.get(entry.action_id, subject="bob") is None
+    assert await store.decide(entry.action_id, subject="bob", decision="approve") == "not_found"
+    assert await store.consume(entry.action_id, owner="k1") == "pending"
+    assert await store.decide(entry.action_id, subject="alice", decision="approve") == "approved"
+    assert await store.decide(entry.action_id, subject="alice", decision="deny") == (
+        "already_decided"
+    )
+    assert await store.consume(entry.action_id, owner="k2") == "not_found"
+    assert await store.consume(entry.action_id, owner="k1") == "approved"
+    assert await store.consume(entry.action_id, owner="k1") == "consumed"
+    late = await store.propose(dataclasses.replace(PROPOSAL, task_id="t2"))
+    now[0] += 61
+    assert await store.decide(late.action_id, subject="alice", decision="approve") == "expired"
+    assert (await store.get(late.action_id, subject="alice")).status == "expired"
+
+
+async def test_postgres_sweep_drops_idle_tasks_and_settled_approvals(database_url: str) -> None:
+    """Tasks not written for the idle TTL and approvals long expired are swept away."""
+    now = [1000.0]
+    async with fresh_schema(database_url) as schema:
+        stores = await PostgresStores.open(
+            database_url, schema, clock=lambda: now[0], idle_ttl=3600
+        )
+        try:
+            fresh, idle = task(10), task(20)
+            tasks = Unversioned(stores.tasks)
+            await tasks.save(idle, ALICE)
+            await stores.pool.execute(
+                f"UPDATE {schema}.tasks SET updated_at = now() - interval '2 hours'"  # noqa: S608
+            )
+            await tasks.save(fresh, ALICE)
+            entry = await stores.confirmations.propose(PROPOSAL)
+            await stores.sweep()
+            assert await tasks.get(idle.id, ALICE) is None
+            assert await tasks.get(fresh.id, ALICE) is not None
+            assert await stores.confirmations.get(entry.action_id, subject="alice") is not None
+            now[0] += 60 + 3600 + 1
+            await stores.sweep()
+            assert await stores.confirmations.get(entry.action_id, subject="alice") is None
+        finally:
+            await stores.close()
+
+
+async def test_postgres_writes_compare_and_swap(database_url: str) -> None:
+    """A stale writer loses; a cancel overwrites a running task but never a finished one."""
+    async with fresh_schema(database_url) as schema:
+        stores = await PostgresStores.open(database_url, schema)
+        try:
+            tasks = stores.tasks
+            running = task(10, state=pb.TASK_STATE_WORKING)
+            first = await tasks.save(
+                running, event=None, prev=None, prev_version=TaskVersion.MISSING, context=ALICE
+            )
+            with pytest.raises(ConcurrentTaskModificationError):
+                await tasks.save(
+                    running, event=None, prev=None, prev_version=TaskVersion.MISSING, context=ALICE
+                )
+            second = await tasks.save(
+                running, event=None, prev=None, prev_version=first, context=ALICE
+            )
+            with pytest.raises(ConcurrentTaskModificationError):
+                await tasks.save(running, event=None, prev=None, prev_version=first, context=ALICE)
+            cancelled = task(20, state=pb.TASK_STATE_CANCELED, task_id=running.id)
+            with pytest.raises(ConcurrentTaskModificationError):  # not Bob's to cancel
+                await tasks.save(cancelled, event=None, prev=None, prev_version=first, context=BOB)
+            third = await tasks.save(
+                cancelled, event=None, prev=None, prev_version=first, context=ALICE
+            )
+            assert third.is_after(second)
+            with pytest.raises(ConcurrentTaskModificationError):  # already terminal
+                await tasks.save(
+                    cancelled, event=None, prev=None, prev_version=third, context=ALICE
+                )
+            completed = task(30, state=pb.TASK_STATE_COMPLETED, task_id=running.id)
+            with pytest.raises(ConcurrentTaskModificationError):  # a terminal task is final
+                await tasks.save(
+                    completed, event=None, prev=None, prev_version=third, context=ALICE
+                )
+        finally:
+            await stores.close()
+
+
+async def test_schema_creation_is_safe_when_replicas_start_together(database_url: str) -> None:
+    """Two replicas opening the same fresh schema at once both succeed."""
+    async with fresh_schema(database_url) as schema:
+        opened = await asyncio.gather(
+            PostgresStores.open(database_url, schema), PostgresStores.open(database_url, schema)
+        )
+        for stores in opened:
+            await stores.close()
