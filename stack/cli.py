@@ -5,7 +5,6 @@
     orrery-a2a ask "…"                a message through Envoy with the a2a-sdk client
     orrery-a2a approve ACTION_ID      decide a pending action as the human (--deny to refuse)
     orrery-a2a envoy-config           render envoy/envoy.yaml for other addresses (compose)
-    orrery-a2a probe grpc|http …      a health check for containers
 
 Exit codes: 0 success, 1 the operation failed (a component died, a request was refused),
 2 bad usage or configuration.
@@ -24,12 +23,14 @@ from pathlib import Path
 
 from authz.env import EnvReader, parse_address
 from authz.errors import ConfigError
-from stack import envoy_config, probe
-from stack.client import ClientFailure, approve, ask, render
+from stack import envoy_config
 from stack.keys import load_signing_key
 from stack.runtime import StackError, StackState, default_state_dir
 from stack.settings import ADDRESSES, StackSettings
 from stack.tokens import TOKEN_KINDS, Audiences, TokenKind, TokenRequest, mint
+
+# The a2a-sdk and aiohttp take over a second to import: `ask`, `approve` and `up` import them
+# when they run, so `orrery-a2a token` (often inside `$(…)`) stays quick.
 
 MAX_TOKEN_LIFETIME_SECONDS = 24 * 3600  # authz's default ORRERY_A2A_JWT_MAX_LIFETIME
 
@@ -122,10 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("listen", "admin", "authz", "adapter"):
         render_cmd.add_argument(f"--{name}", type=_address, metavar="HOST:PORT")
 
-    probe_cmd = commands.add_parser("probe", help="a health check (exit 0 healthy, 1 not)")
-    probe_cmd.add_argument("protocol", choices=("grpc", "http"))
-    probe_cmd.add_argument("target", help="grpc: HOST:PORT; http: a URL")
-    probe_cmd.add_argument("--service", default="", help="grpc health service name ('')")
     return parser
 
 
@@ -182,6 +179,8 @@ def _cmd_token(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 def _cmd_ask(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from stack.client import ask, render
+
     url, token = _target(args, env, args.kind)
     response = asyncio.run(
         ask(url, token, args.text, context_id=args.context_id, task_id=args.task_id)
@@ -196,6 +195,8 @@ def _cmd_ask(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 
 def _cmd_approve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from stack.client import approve
+
     url, token = _target(args, env, "human")
     print(asyncio.run(approve(url, token, args.action_id, deny=args.deny)))
     return 0
@@ -218,22 +219,12 @@ def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return 0
 
 
-def _cmd_probe(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    if args.protocol == "grpc":
-        healthy, line = probe.grpc_serving(args.target, service=args.service)
-    else:
-        healthy, line = probe.http_ok(args.target)
-    print(line)
-    return 0 if healthy else 1
-
-
 COMMANDS = {
     "up": _cmd_up,
     "token": _cmd_token,
     "ask": _cmd_ask,
     "approve": _cmd_approve,
     "envoy-config": _cmd_envoy_config,
-    "probe": _cmd_probe,
 }
 
 
@@ -246,11 +237,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         print(f"orrery-a2a {args.command}: {exc}", file=sys.stderr)
         return 2
     except (StackError, envoy_config.EnvoyConfigError) as exc:
+        # For up and envoy-config these are set-up problems (2); otherwise the request failed (1).
         print(f"orrery-a2a {args.command}: {exc}", file=sys.stderr)
         return 2 if args.command in {"up", "envoy-config"} else 1
-    except ClientFailure as exc:
-        print(f"orrery-a2a {args.command}: {exc}", file=sys.stderr)
-        return 1
 
 
 if __name__ == "__main__":

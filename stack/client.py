@@ -25,6 +25,8 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
 
+from stack.runtime import StackError
+
 _FAILED_STATES = {
     pb.TASK_STATE_FAILED: "failed",
     pb.TASK_STATE_REJECTED: "was rejected",
@@ -33,7 +35,7 @@ _FAILED_STATES = {
 }
 
 
-class ClientFailure(Exception):
+class ClientFailure(StackError):
     """A request that did not get an answer; the message is for the user."""
 
 

@@ -22,20 +22,16 @@ from typing import Any
 
 import yaml
 
+from stack.addresses import Address
+
 LISTENER = "public"
 CLUSTERS = ("authz", "adapter")
 
-Address = tuple[str, int]
 Config = dict[str, Any]
 
 
 class EnvoyConfigError(Exception):
     """The Envoy config could not be read or rendered (names the missing piece)."""
-
-
-def format_address(address: Address) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def repo_config_path() -> Path:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import json
 import logging
 import signal
@@ -28,29 +27,11 @@ from aiohttp import web
 
 from authz import logs
 from authz.env import parse_address
-from stack.envoy_config import Address, format_address
+from stack.addresses import Address, format_address, require_loopback
 from stack.keys import load_signing_key, public_jwk
 
 JWKS_PATH = "/.well-known/jwks.json"
 log = logging.getLogger("stack.issuer")
-
-
-class NotLoopback(ValueError):
-    """The dev issuer was asked to bind a non-loopback address."""
-
-
-def require_loopback(host: str) -> str:
-    """Return `host` if it is a literal loopback address (127.0.0.0/8 or ::1), else refuse.
-
-    Names are refused too, `localhost` included: what a name resolves to is not ours to decide.
-    """
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise NotLoopback(f"the dev issuer binds loopback only (127.0.0.1 or ::1), not {host!r}")
-    return host
 
 
 def issuer_url(address: Address) -> str:

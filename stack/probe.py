@@ -1,11 +1,17 @@
-"""Health probes for container health checks: `orrery-a2a probe grpc|http …`.
+"""Health probes for container health checks: `python -m stack.probe grpc|http TARGET`.
 
 The slim Python image has neither `grpc_health_probe` nor `curl`, but it has this package: authz's
 check asks its gRPC health service (`grpc.health.v1`, the same port as Check) for SERVING; the
-adapter's asks `GET /readyz` for a 200. Each prints one line and exits 0 (healthy) or 1.
+adapter's asks `GET /readyz` for a 200. Each prints one line and exits 0 (healthy) or 1. It is a
+module of its own, not an `orrery-a2a` command, so a check every few seconds imports only grpc
+and httpx.
 """
 
 from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
 
 import grpc
 import httpx
@@ -29,3 +35,21 @@ def http_ok(url: str, *, timeout: float = 3.0) -> tuple[bool, str]:
     except httpx.HTTPError as exc:
         return False, f"{url}: {type(exc).__name__}"
     return response.status_code == 200, f"{url}: {response.status_code}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stack.probe", description=__doc__)
+    parser.add_argument("protocol", choices=("grpc", "http"))
+    parser.add_argument("target", help="grpc: HOST:PORT; http: a URL")
+    parser.add_argument("--service", default="", help="the gRPC health service name ('')")
+    args = parser.parse_args(argv)
+    if args.protocol == "grpc":
+        healthy, line = grpc_serving(args.target, service=args.service)
+    else:
+        healthy, line = http_ok(args.target)
+    print(line)
+    return 0 if healthy else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

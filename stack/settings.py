@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from authz.env import EnvReader
-from stack.envoy_config import Address, repo_config_path
-from stack.issuer import NotLoopback, require_loopback
+from stack.addresses import Address, NotLoopback, require_loopback
+from stack.envoy_config import repo_config_path
 from stack.runtime import default_state_dir
 
 # variable → (flag of `orrery-a2a up`, default)

@@ -26,7 +26,7 @@ import aiohttp
 
 from authz.env import parse_address
 from stack import envoy_config
-from stack.envoy_config import Address, format_address
+from stack.addresses import client_host, format_address
 from stack.keys import new_assertion_keys, new_signing_key, private_pem
 from stack.runtime import (
     ISSUER_KEY_FILE,
@@ -75,13 +75,6 @@ def generate_secrets(state_dir: Path) -> RunSecrets:
     key_path = state_dir / ISSUER_KEY_FILE
     write_private(key_path, private_pem(new_signing_key()))
     return RunSecrets(issuer_key=key_path, assertion_keys=new_assertion_keys())
-
-
-def client_host(address: Address) -> str:
-    """The address a local client should use to reach a listener bound to `address`."""
-    host, port = address
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # noqa: S104 (a mapping, not a bind)
-    return format_address((host, port))
 
 
 def free_port(host: str) -> int:

@@ -14,7 +14,8 @@ import httpx
 import jwt
 import pytest
 
-from stack.issuer import JWKS_PATH, NotLoopback, require_loopback
+from stack.addresses import NotLoopback, require_loopback
+from stack.issuer import JWKS_PATH
 from stack.keys import load_signing_key, new_signing_key, private_pem, public_jwk
 from stack.runtime import write_private
 from stack.tokens import TOKEN_KINDS, Audiences, TokenKind, TokenRequest, mint

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from stack import cli, probe
+from stack import probe
 
 
 @pytest.fixture
@@ -80,6 +80,6 @@ async def test_http_probe_is_healthy_only_on_200(readyz: str) -> None:
 
 
 def test_probe_command_exit_codes(unused_tcp_port: int, capsys: pytest.CaptureFixture[str]) -> None:
-    """`orrery-a2a probe` exits 1 and prints one line when unhealthy."""
-    assert cli.main(["probe", "http", f"http://127.0.0.1:{unused_tcp_port}/readyz"], env={}) == 1
+    """`python -m stack.probe` exits 1 and prints one line when unhealthy."""
+    assert probe.main(["http", f"http://127.0.0.1:{unused_tcp_port}/readyz"]) == 1
     assert capsys.readouterr().out == f"http://127.0.0.1:{unused_tcp_port}/readyz: ConnectError\n"
