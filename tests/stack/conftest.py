@@ -8,6 +8,7 @@ lines, so a test can check every pid after the stack stops.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -16,11 +17,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 FAKES = Path(__file__).resolve().parent / "fakes"
 EPHEMERAL = [
@@ -33,6 +35,18 @@ EPHEMERAL = [
 ]
 START_TIMEOUT = 90.0
 _READY_LINE = re.compile(r"^  (\w+)\s+ready\s+(\S+).*\(pid (\d+)\)$")
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """Serve `app` on an ephemeral loopback port; yields its base URL."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
 
 
 @pytest.fixture

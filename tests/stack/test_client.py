@@ -10,6 +10,7 @@ from aiohttp import web
 from google.protobuf import struct_pb2
 
 from stack.client import ClientFailure, approve, ask, render
+from tests.stack.conftest import serving
 
 
 def _task(
@@ -111,13 +112,8 @@ async def approvals_server() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_post("/approvals/{action_id}", decide)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url
 
 
 async def test_approve_posts_the_decision_and_prints_the_answer(approvals_server: str) -> None:

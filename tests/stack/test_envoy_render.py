@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ import yaml
 
 from stack import cli, envoy_config
 from stack.envoy_config import EnvoyConfigError
+from tests.e2e.conftest import envoy_validate
 
 SOURCE = envoy_config.repo_config_path()
 
@@ -92,14 +91,7 @@ def test_envoy_config_command_renders_a_file_envoy_accepts(tmp_path: Path) -> No
     assert out.stat().st_mode & 0o777 == 0o644
     rendered = yaml.safe_load(out.read_text())
     assert envoy_config.listener_socket(rendered) == {"address": "0.0.0.0", "port_value": 8080}  # noqa: S104
-    binary = envoy_config.envoy_binary(dict(os.environ))
-    result = subprocess.run(
-        [str(binary), "--mode", "validate", "-c", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = envoy_validate(out)
     assert result.returncode == 0, result.stderr
 
 

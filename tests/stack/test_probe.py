@@ -11,6 +11,7 @@ from aiohttp import web
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from stack import probe
+from tests.stack.conftest import serving
 
 
 @pytest.fixture
@@ -58,13 +59,8 @@ async def readyz() -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_get("/readyz", ready)
     app.router.add_get("/down", not_ready)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    async with serving(app) as url:
+        yield url
 
 
 async def test_http_probe_is_healthy_only_on_200(readyz: str) -> None:
