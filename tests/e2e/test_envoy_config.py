@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import importlib
+import re
 import socket
 import warnings
 from collections.abc import Iterator
@@ -368,6 +369,20 @@ def test_request_headers_and_bodies_are_capped(
     assert http_filters["envoy.filters.http.buffer"].max_request_bytes == 64 * 1024
 
 
+def test_access_log_records_no_query_and_no_credentials(hcm: HttpConnectionManager) -> None:
+    """One JSON line per request: the path without its query, no authorization or cookie."""
+    (access_log,) = hcm.access_log
+    log_format = access_log.typed_config.unpack().log_format
+    fields = log_format.json_format.to_dict()
+    assert fields["path"] == "%REQ_WITHOUT_QUERY(:PATH)%"
+    assert [f.name for f in log_format.formatters] == ["envoy.formatter.req_without_query"]
+    # Request headers logged verbatim: only these two, never a credential or the full :path.
+    logged = {
+        name.lower() for value in fields.values() for name in re.findall(r"%REQ\((.+?)\)%", value)
+    }
+    assert logged == {"x-request-id", ":method"}
+
+
 def test_router_adds_no_envoy_headers(http_filters: dict[str, Any]) -> None:
     """No x-envoy-* timing headers leak to clients or upstreams."""
     assert http_filters["envoy.filters.http.router"].suppress_envoy_headers is True
@@ -402,6 +417,19 @@ async def test_unknown_path_is_a_404_from_envoy(
     assert response.body == b'{"error":"not_found","error_description":"no such endpoint"}'
     assert response.headers["content-type"] == "application/json"
     assert recorder.requests == []
+
+
+@pytest.mark.envoy
+async def test_access_log_leaves_out_query_strings(
+    tmp_path: Path, recorder: Recorder, closed_port: int
+) -> None:
+    """A token put in a query string never reaches Envoy's log."""
+    async with envoy_for(tmp_path, authz_port=closed_port, adapter_port=recorder.port) as envoy:
+        response = await raw_request(envoy.port, "GET", "/nope?access_token=leaked-secret")
+        assert response.status == 404
+    lines = [line for line in envoy.log.read_text().splitlines() if '"event":"access"' in line]
+    assert any('"path":"/nope"' in line for line in lines), lines
+    assert "leaked-secret" not in envoy.log.read_text()
 
 
 @pytest.mark.envoy
