@@ -212,16 +212,25 @@ async def _wait_ready(envoy: RunningEnvoy, admin_file: Path) -> str:
     raise AssertionError("envoy was not ready in time")
 
 
+async def _listener_port(admin: str) -> int:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://{admin}/listeners?format=json") as response,
+    ):
+        statuses = (await response.json())["listener_statuses"]
+    (public,) = [status for status in statuses if status["name"] == envoy_config.LISTENER]
+    return int(public["local_address"]["socket_address"]["port_value"])
+
+
 @contextlib.asynccontextmanager
 async def envoy_for(
     tmp_path: Path, *, authz_port: int, adapter_port: int, listen_host: str = "127.0.0.1"
 ) -> AsyncIterator[RunningEnvoy]:
-    """Run the real Envoy on `envoy/envoy.yaml`, re-pointed at the test's ports."""
-    with contextlib.closing(bound_socket()) as probe:
-        port = probe.getsockname()[1]
+    """Run the real Envoy on `envoy/envoy.yaml`, re-pointed at the test's ports (its own listener
+    and admin on port 0: the bound ports are read back from the admin API, so no race)."""
     config = envoy_config.render(
         envoy_config.load(ENVOY_YAML),
-        listen=(listen_host, port),
+        listen=(listen_host, 0),
         admin=("127.0.0.1", 0),
         authz=("127.0.0.1", authz_port),
         adapter=("127.0.0.1", adapter_port),
@@ -238,9 +247,10 @@ async def envoy_for(
     )
     with log.open("wb") as log_handle:
         process = subprocess.Popen(argv, stdout=log_handle, stderr=subprocess.STDOUT)
-    envoy = RunningEnvoy(port=port, admin="", process=process, log=log)
+    envoy = RunningEnvoy(port=0, admin="", process=process, log=log)
     try:
         envoy.admin = await _wait_ready(envoy, admin_file)
+        envoy.port = await _listener_port(envoy.admin)
         yield envoy
     finally:
         process.send_signal(signal.SIGTERM)
