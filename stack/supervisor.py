@@ -153,28 +153,36 @@ class Supervisor:
         return running
 
     async def _wait_ready(self, running: Running) -> dict[str, Any]:
+        """Ready details, or `ComponentFailed` naming whichever process ended first: this one,
+        or one started before it (a stack is only up if all of it is)."""
         component = running.component
-        exited = asyncio.ensure_future(running.process.wait())
+        exits = {asyncio.ensure_future(item.process.wait()): item for item in self.running}
         ready = asyncio.ensure_future(
             running.serving if component.ready == SERVING else self._poll(component.ready)
         )
         try:
             done, _ = await asyncio.wait(
-                {exited, ready},
+                {*exits, ready},
                 timeout=component.ready_timeout,
                 return_when=asyncio.FIRST_COMPLETED,
             )
         finally:
-            for task in (exited, ready):
+            for task in (*exits, ready):
                 if not task.done() and task is not running.serving:
                     task.cancel()
         if ready in done:
             return ready.result()
-        if exited in done:
-            message = f"{describe_exit(exited.result())} before it was ready"
-        else:
-            message = f"was not ready within {component.ready_timeout:g}s"
-        raise ComponentFailed(component.name, message, running.log_path)
+        for task, item in exits.items():
+            if task in done:
+                reason = describe_exit(task.result())
+                if item is running:
+                    raise ComponentFailed(item.name, f"{reason} before it was ready", item.log_path)
+                raise ComponentFailed(
+                    item.name, f"{reason} while {component.name} was starting", item.log_path
+                )
+        raise ComponentFailed(
+            component.name, f"was not ready within {component.ready_timeout:g}s", running.log_path
+        )
 
     @staticmethod
     async def _poll(probe: Probe) -> dict[str, Any]:

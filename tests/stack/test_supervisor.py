@@ -152,3 +152,16 @@ def test_exit_descriptions_read_well() -> None:
     assert describe_exit(0) == "exited with code 0"
     assert describe_exit(3) == "exited with code 3"
     assert describe_exit(-15) == "was killed by SIGTERM"
+
+
+async def test_an_earlier_component_dying_during_a_later_start_is_named(
+    supervisor: Supervisor,
+) -> None:
+    """If authz dies while the adapter is starting, the failure names authz, not the adapter."""
+    await supervisor.start(program("authz", SERVE_THEN_DIE))
+    with pytest.raises(ComponentFailed) as failed:
+        await supervisor.start(program("adapter", NEVER_READY, ready_timeout=60.0))
+    assert failed.value.name == "authz"
+    assert str(failed.value) == "authz exited with code 5 while adapter was starting"
+    assert "giving up" in failed.value.log_path.read_text()
+    assert await supervisor.stop() == [("adapter", 0), ("authz", 5)]

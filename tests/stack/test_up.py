@@ -151,9 +151,11 @@ def test_ctrl_c_stops_every_component_and_removes_the_secrets(state_dir: Path) -
 
 def test_a_component_that_dies_stops_the_stack_and_is_named(state_dir: Path) -> None:
     """authz dying after start: `up` names it, stops the rest and exits 1."""
-    run = LocalStackRun.start(state_dir, {"FAKE_AUTHZ_EXIT_AFTER": "3"})
+    trigger = state_dir.parent / "kill-authz"
+    run = LocalStackRun.start(state_dir, {"FAKE_AUTHZ_DIE_WHEN": str(trigger)})
     assert run.wait_for("is up at")
     pids = {name: pid for name, (_, pid) in run.components.items()}
+    trigger.touch()
     assert run.finish() == 1
     text = "\n".join(run.lines)
     assert "orrery-a2a up: authz exited with code 3; stopping the stack" in text

@@ -3,7 +3,7 @@
 Verifies the bearer token (ES256, the configured issuer, the surface's audience) against the JWKS
 at ORRERY_A2A_JWKS_URL, derives a principal the way CONTRACTS.md describes (simplified), and
 answers OK with the real signed assertion, or 401. Test knobs: FAKE_AUTHZ_FAIL=1 exits 2 like a bad
-configuration; FAKE_AUTHZ_EXIT_AFTER=<seconds> dies with code 3 after serving that long.
+configuration; FAKE_AUTHZ_DIE_WHEN=<path> dies with code 3 once that file exists.
 """
 
 from __future__ import annotations
@@ -126,11 +126,12 @@ async def main() -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     logs.event(log, "serving", grpc=f"{host}:{port}", metrics=env["ORRERY_A2A_AUTHZ_METRICS_ADDR"])
-    exit_after = float(env.get("FAKE_AUTHZ_EXIT_AFTER", "0"))
-    if exit_after:
-        await asyncio.sleep(exit_after)
-        print("fake authz: dying on purpose", file=sys.stderr)
-        return 3
+    die_when = env.get("FAKE_AUTHZ_DIE_WHEN")
+    while die_when and not stop.is_set():
+        if os.path.exists(die_when):  # noqa: PTH110 (a test knob, polled)
+            print("fake authz: dying on purpose", file=sys.stderr)
+            return 3
+        await asyncio.sleep(0.1)
     await stop.wait()
     await server.stop(grace=1)
     return 0
