@@ -265,6 +265,7 @@ class LocalStack:
     async def run(self) -> int:
         """Start everything, then wait for Ctrl-C/SIGTERM (0) or a component's death (1)."""
         self.say(f"orrery-a2a up: starting the local stack (state in {self.state_dir})")
+        self.cleanup()  # whatever a killed earlier run left behind
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
