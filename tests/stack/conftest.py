@@ -1,0 +1,153 @@
+"""Plumbing for the local-stack tests: real child processes, a private state dir, `up` runs.
+
+`LocalStackRun` starts `orrery-a2a up` as a real process on ephemeral ports with the fake authz and
+adapter of `fakes/` first on its children's `PYTHONPATH` (the real packages are built on other
+branches; see fakes/README.md). It waits for the "is up at" line and parses the per-component
+lines, so a test can check every pid after the stack stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+FAKES = Path(__file__).resolve().parent / "fakes"
+EPHEMERAL = [
+    "--listen=127.0.0.1:0",
+    "--admin=127.0.0.1:0",
+    "--authz=127.0.0.1:0",
+    "--authz-metrics=127.0.0.1:0",
+    "--adapter=127.0.0.1:0",
+    "--issuer=127.0.0.1:0",
+]
+START_TIMEOUT = 90.0
+_READY_LINE = re.compile(r"^  (\w+)\s+ready\s+(\S+).*\(pid (\d+)\)$")
+
+
+@contextlib.asynccontextmanager
+async def serving(app: web.Application) -> AsyncIterator[str]:
+    """Serve `app` on an ephemeral loopback port; yields its base URL."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "state"
+    path.mkdir(mode=0o700)
+    return path
+
+
+def cli_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "stack.cli", *args]
+
+
+@dataclass
+class LocalStackRun:
+    """One `orrery-a2a up` process and what it printed."""
+
+    process: subprocess.Popen[str]
+    state_dir: Path
+    lines: list[str] = field(default_factory=list)
+    _queue: queue.Queue[str | None] = field(default_factory=queue.Queue)
+
+    @classmethod
+    def start(cls, state_dir: Path, extra_env: Mapping[str, str] | None = None) -> LocalStackRun:
+        env = {**os.environ, "PYTHONPATH": str(FAKES), **(extra_env or {})}
+        env.pop("ORRERY_A2A_STATE_DIR", None)
+        process = subprocess.Popen(
+            cli_argv("up", f"--state-dir={state_dir}", *EPHEMERAL),
+            env=env,
+            cwd=state_dir.parent,  # not the repo root: `python -m authz` must find the fake
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        run = cls(process, state_dir)
+        threading.Thread(target=run._pump, daemon=True).start()
+        return run
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def wait_for(self, pattern: str, timeout: float = START_TIMEOUT) -> str | None:
+        """The first new line matching `pattern`, or None when the output ends first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if line is None:
+                return None
+            self.lines.append(line)
+            if re.search(pattern, line):
+                return line
+        raise AssertionError(f"no line matching {pattern!r} in time; got: {self.lines}")
+
+    def finish(self, timeout: float = 60.0) -> int:
+        """Wait for `up` to exit (reading the rest of its output); return its exit code."""
+        code = self.process.wait(timeout=timeout)
+        while (line := self._queue.get(timeout=10)) is not None:
+            self.lines.append(line)
+        return code
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+        return self.finish()
+
+    @property
+    def url(self) -> str:
+        for line in self.lines:
+            if match := re.search(r"is up at (\S+)", line):
+                return match[1]
+        raise AssertionError(f"not up: {self.lines}")
+
+    @property
+    def components(self) -> dict[str, tuple[str, int]]:
+        """name → (where, pid) from the ready lines."""
+        found = {}
+        for line in self.lines:
+            if match := _READY_LINE.match(line):
+                found[match[1]] = (match[2].rstrip(","), int(match[3]))
+        return found
+
+    @property
+    def env(self) -> dict[str, str]:
+        """An environment for CLI calls that talk to this stack."""
+        return {**os.environ, "ORRERY_A2A_STATE_DIR": str(self.state_dir)}
+
+
+@pytest.fixture(scope="module")
+def stack_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStackRun]:
+    """One running stack shared by a module's read-only tests (starting one takes seconds)."""
+    state_dir = tmp_path_factory.mktemp("stack") / "state"
+    state_dir.mkdir(mode=0o700)
+    run = LocalStackRun.start(state_dir)
+    try:
+        assert run.wait_for(r"is up at"), run.lines
+        yield run
+    finally:
+        run.stop()

@@ -1,0 +1,110 @@
+"""Rendering envoy/envoy.yaml for other addresses: only the named sockets change."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stack import cli, envoy_config
+from stack.envoy_config import EnvoyConfigError
+from tests.e2e.conftest import envoy_validate
+
+SOURCE = envoy_config.repo_config_path()
+
+
+def _sockets(config: envoy_config.Config) -> list[dict[str, object]]:
+    return [
+        envoy_config.listener_socket(config),
+        envoy_config.admin_socket(config),
+        *envoy_config.cluster_sockets(config, "authz"),
+        *envoy_config.cluster_sockets(config, "adapter"),
+    ]
+
+
+def test_render_replaces_only_the_named_sockets() -> None:
+    """Listener, admin and the two clusters move; every other byte of config stays."""
+    source = envoy_config.load(SOURCE)
+    rendered = envoy_config.render(
+        source,
+        listen=("0.0.0.0", 18080),  # noqa: S104
+        admin=("127.0.0.1", 19901),
+        authz=("127.0.0.1", 19191),
+        adapter=("127.0.0.1", 18081),
+    )
+    assert [(s["address"], s["port_value"]) for s in _sockets(rendered)] == [
+        ("0.0.0.0", 18080),  # noqa: S104
+        ("127.0.0.1", 19901),
+        ("127.0.0.1", 19191),
+        ("127.0.0.1", 18081),
+    ]
+    restored = copy.deepcopy(rendered)
+    for original, socket in zip(_sockets(source), _sockets(restored), strict=True):
+        socket.update(original)
+    assert restored == source
+    assert envoy_config.listener_socket(source)["address"] == "127.0.0.1"  # source untouched
+
+
+def test_unset_sockets_keep_the_files_values() -> None:
+    """Rendering only the listener leaves admin and clusters as the file has them."""
+    source = envoy_config.load(SOURCE)
+    rendered = envoy_config.render(source, listen=("0.0.0.0", 8080))  # noqa: S104
+    assert _sockets(rendered)[1:] == _sockets(source)[1:]
+
+
+def test_a_renamed_listener_fails_loudly() -> None:
+    """A file without the `public` listener is an error naming it, not a silent no-op."""
+    source = envoy_config.load(SOURCE)
+    source["static_resources"]["listeners"][0]["name"] = "renamed"
+    with pytest.raises(EnvoyConfigError, match="no listener named 'public'"):
+        envoy_config.render(source, listen=("127.0.0.1", 1))
+
+
+def test_a_missing_cluster_fails_loudly() -> None:
+    """A file without the `authz` cluster is an error naming it."""
+    source = envoy_config.load(SOURCE)
+    source["static_resources"]["clusters"] = source["static_resources"]["clusters"][1:]
+    with pytest.raises(EnvoyConfigError, match="no cluster named 'authz'"):
+        envoy_config.render(source, authz=("127.0.0.1", 1))
+
+
+def test_unreadable_or_invalid_files_are_clear_errors(tmp_path: Path) -> None:
+    """Missing file, bad YAML and a non-mapping are each a one-line error."""
+    with pytest.raises(EnvoyConfigError, match="cannot read"):
+        envoy_config.load(tmp_path / "absent.yaml")
+    (tmp_path / "bad.yaml").write_text("a: [")
+    with pytest.raises(EnvoyConfigError, match="not valid YAML"):
+        envoy_config.load(tmp_path / "bad.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(EnvoyConfigError, match="not an Envoy bootstrap"):
+        envoy_config.load(tmp_path / "list.yaml")
+
+
+@pytest.mark.envoy
+def test_envoy_config_command_renders_a_file_envoy_accepts(tmp_path: Path) -> None:
+    """`orrery-a2a envoy-config --listen 0.0.0.0:8080 --out F` (what compose runs): a 0644 file
+    that `envoy --mode validate` accepts, listening on 0.0.0.0."""
+    out = tmp_path / "envoy.yaml"
+    assert cli.main(["envoy-config", "--listen", "0.0.0.0:8080", "--out", str(out)], env={}) == 0
+    assert out.stat().st_mode & 0o777 == 0o644
+    rendered = yaml.safe_load(out.read_text())
+    assert envoy_config.listener_socket(rendered) == {"address": "0.0.0.0", "port_value": 8080}  # noqa: S104
+    result = envoy_validate(out)
+    assert result.returncode == 0, result.stderr
+
+
+def test_envoy_config_command_prints_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --out the rendered YAML goes to stdout."""
+    assert cli.main(["envoy-config", "--admin", "127.0.0.1:9999"], env={}) == 0
+    rendered = yaml.safe_load(capsys.readouterr().out)
+    assert envoy_config.admin_socket(rendered)["port_value"] == 9999
+
+
+def test_envoy_config_command_reports_a_bad_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing source file: exit 2 and one line."""
+    assert cli.main(["envoy-config", "--source", str(tmp_path / "nope.yaml")], env={}) == 2
+    assert capsys.readouterr().err.startswith("orrery-a2a envoy-config: cannot read")

@@ -1,0 +1,167 @@
+"""The supervisor with real child processes: readiness, deaths, Ctrl-C-style stops, logs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stack.supervisor import Component, ComponentFailed, Supervisor, describe_exit
+
+SERVE_THEN_WAIT = """
+import json, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+print("starting on stdout", flush=True)
+print(json.dumps({"event": "serving", "addr": "127.0.0.1:4242"}), file=sys.stderr, flush=True)
+time.sleep(600)
+"""
+SERVE_THEN_DIE = """
+import json, sys, time
+print(json.dumps({"event": "serving", "addr": "x"}), file=sys.stderr, flush=True)
+time.sleep(0.5)
+print("giving up", file=sys.stderr, flush=True)
+sys.exit(5)
+"""
+DIE_AT_ONCE = """
+import sys
+print("ORRERY_A2A_JWT_ISSUER: is required", file=sys.stderr)
+sys.exit(7)
+"""
+NEVER_READY = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+time.sleep(600)
+"""
+IGNORES_SIGTERM = """
+import json, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print(json.dumps({"event": "serving"}), file=sys.stderr, flush=True)
+time.sleep(600)
+"""
+
+
+def program(name: str, code: str, **options: Any) -> Component:
+    return Component(name, [sys.executable, "-c", code], {"PATH": "/usr/bin:/bin"}, **options)
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path) -> Supervisor:
+    return Supervisor(tmp_path / "logs", grace_seconds=5.0)
+
+
+async def test_ready_when_the_serving_event_is_logged(supervisor: Supervisor) -> None:
+    """start() returns once the child logs `serving`, with the event's fields."""
+    running = await supervisor.start(program("authz", SERVE_THEN_WAIT))
+    assert running.details["addr"] == "127.0.0.1:4242"
+    assert await supervisor.stop() == [("authz", 0)]
+
+
+async def test_exit_before_ready_names_the_component_and_its_code(
+    supervisor: Supervisor,
+) -> None:
+    """A child that exits first fails start() with its name, exit code and log."""
+    with pytest.raises(ComponentFailed) as failed:
+        await supervisor.start(program("adapter", DIE_AT_ONCE))
+    assert failed.value.name == "adapter"
+    assert str(failed.value) == "adapter exited with code 7 before it was ready"
+    await supervisor.stop()
+    assert "ORRERY_A2A_JWT_ISSUER: is required" in failed.value.log_path.read_text()
+
+
+async def test_not_ready_in_time_is_a_named_failure(supervisor: Supervisor) -> None:
+    """No serving event within the timeout: a failure naming the component; stop() ends it."""
+    with pytest.raises(ComponentFailed, match="authz was not ready within 1s"):
+        await supervisor.start(program("authz", NEVER_READY, ready_timeout=1.0))
+    assert await supervisor.stop() == [("authz", 0)]
+
+
+async def test_a_program_that_cannot_start_is_a_named_failure(supervisor: Supervisor) -> None:
+    """A missing executable is reported, not raised as an OSError."""
+    component = Component("envoy", ["/nonexistent/envoy"], {})
+    with pytest.raises(ComponentFailed, match="envoy could not start"):
+        await supervisor.start(component)
+
+
+async def test_probe_readiness_polls_until_ready(supervisor: Supervisor) -> None:
+    """A probe is polled until it returns details (how Envoy's admin /ready is used)."""
+    calls = []
+
+    async def probe() -> dict[str, Any] | None:
+        calls.append(1)
+        return {"admin": "127.0.0.1:1"} if len(calls) >= 3 else None
+
+    running = await supervisor.start(program("envoy", NEVER_READY, ready=probe))
+    assert running.details == {"admin": "127.0.0.1:1"}
+    assert len(calls) == 3
+    await supervisor.stop()
+
+
+async def test_the_first_to_exit_is_reported_and_stop_ends_the_rest(
+    supervisor: Supervisor,
+) -> None:
+    """One child dies: wait_for_exit names it; stop() ends the others, last started first."""
+    await supervisor.start(program("issuer", SERVE_THEN_WAIT))
+    await supervisor.start(program("authz", SERVE_THEN_DIE))
+    dead, code = await supervisor.wait_for_exit()
+    assert (dead.name, code) == ("authz", 5)
+    assert await supervisor.stop() == [("authz", 5), ("issuer", 0)]
+    assert supervisor.running == []
+
+
+async def test_a_child_ignoring_sigterm_is_killed_after_the_grace_period(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM ignored: SIGKILL after the grace period, reported as such."""
+    supervisor = Supervisor(tmp_path / "logs", grace_seconds=0.5)
+    await supervisor.start(program("stubborn", IGNORES_SIGTERM))
+    ((name, code),) = await supervisor.stop()
+    assert (name, describe_exit(code)) == ("stubborn", "was killed by SIGKILL")
+
+
+async def test_stdout_and_stderr_go_to_the_components_log(supervisor: Supervisor) -> None:
+    """Both streams end up in logs/<name>.log."""
+    running = await supervisor.start(program("authz", SERVE_THEN_WAIT))
+    await supervisor.stop()
+    text = running.log_path.read_text()
+    assert running.log_path.name == "authz.log"
+    assert "starting on stdout" in text
+    assert json.loads(text.splitlines()[-1])["event"] == "serving"
+
+
+async def test_children_get_exactly_the_given_environment(supervisor: Supervisor) -> None:
+    """A component's env is its whole environment (nothing leaks from the supervisor)."""
+    code = (
+        "import json, os, sys, time, signal\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+        "print(json.dumps({'event': 'serving', 'env': sorted(os.environ)}), file=sys.stderr,"
+        " flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    component = Component("x", [sys.executable, "-c", code], {"ONLY": "1"})
+    running = await supervisor.start(component)
+    await supervisor.stop()
+    assert "ONLY" in running.details["env"]
+    assert "PATH" not in running.details["env"]
+
+
+def test_exit_descriptions_read_well() -> None:
+    """Exit codes and signals are described in words."""
+    assert describe_exit(0) == "exited with code 0"
+    assert describe_exit(3) == "exited with code 3"
+    assert describe_exit(-15) == "was killed by SIGTERM"
+
+
+async def test_an_earlier_component_dying_during_a_later_start_is_named(
+    supervisor: Supervisor,
+) -> None:
+    """If authz dies while the adapter is starting, the failure names authz, not the adapter."""
+    await supervisor.start(program("authz", SERVE_THEN_DIE))
+    with pytest.raises(ComponentFailed) as failed:
+        await supervisor.start(program("adapter", NEVER_READY, ready_timeout=60.0))
+    assert failed.value.name == "authz"
+    assert str(failed.value) == "authz exited with code 5 while adapter was starting"
+    assert "giving up" in failed.value.log_path.read_text()
+    assert await supervisor.stop() == [("adapter", 0), ("authz", 5)]

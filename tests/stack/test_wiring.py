@@ -1,0 +1,86 @@
+"""What `up` sets for authz and the adapter, and the stack's settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from authz.errors import ConfigError
+from stack.settings import StackSettings
+from stack.wiring import Wiring, adapter_env, authz_env, child_env
+
+WIRING = Wiring(
+    issuer="http://127.0.0.1:8090",
+    assertion_keys="dev-1=" + "A" * 43,
+    public_url="http://127.0.0.1:8080/a2a",
+)
+
+
+def test_defaults_are_designs_ports() -> None:
+    """Envoy 8080, admin 9901, authz 9191/9192, adapter 8081, issuer 8090, all loopback."""
+    settings = StackSettings.from_env({})
+    assert (settings.listen, settings.admin) == (("127.0.0.1", 8080), ("127.0.0.1", 9901))
+    assert (settings.authz, settings.authz_metrics) == (("127.0.0.1", 9191), ("127.0.0.1", 9192))
+    assert (settings.adapter, settings.issuer) == (("127.0.0.1", 8081), ("127.0.0.1", 8090))
+    assert settings.envoy_config.name == "envoy.yaml"
+
+
+def test_every_address_can_be_overridden() -> None:
+    """Each address variable moves its component (port 0 allowed)."""
+    settings = StackSettings.from_env(
+        {"ORRERY_A2A_LISTEN_ADDR": "127.0.0.1:0", "ORRERY_A2A_ADAPTER_ADDR": "[::1]:18081"}
+    )
+    assert settings.listen == ("127.0.0.1", 0)
+    assert settings.adapter == ("::1", 18081)
+
+
+def test_every_bad_setting_is_named_at_once() -> None:
+    """A bad address, a network-facing issuer and a missing config file: one error, three names."""
+    with pytest.raises(ConfigError) as failed:
+        StackSettings.from_env(
+            {
+                "ORRERY_A2A_AUTHZ_ADDR": "9191",
+                "ORRERY_A2A_ISSUER_ADDR": "0.0.0.0:8090",
+                "ORRERY_A2A_ENVOY_CONFIG": "/nonexistent/envoy.yaml",
+            }
+        )
+    names = [problem.split(":")[0] for problem in failed.value.problems]
+    assert names == ["ORRERY_A2A_AUTHZ_ADDR", "ORRERY_A2A_ISSUER_ADDR", "ORRERY_A2A_ENVOY_CONFIG"]
+
+
+def test_authz_is_wired_to_the_dev_issuer_and_this_runs_keys() -> None:
+    """authz gets its addresses, the issuer, JWKS URL, both audiences, ES256 and the keys."""
+    assert authz_env(StackSettings.from_env({}), WIRING) == {
+        "ORRERY_A2A_AUTHZ_ADDR": "127.0.0.1:9191",
+        "ORRERY_A2A_AUTHZ_METRICS_ADDR": "127.0.0.1:9192",
+        "ORRERY_A2A_JWT_ISSUER": "http://127.0.0.1:8090",
+        "ORRERY_A2A_JWKS_URL": "http://127.0.0.1:8090/.well-known/jwks.json",
+        "ORRERY_A2A_JWT_AUDIENCE": "orrery-a2a",
+        "ORRERY_CONSOLE_JWT_AUDIENCE": "orrery-console",
+        "ORRERY_A2A_JWT_ALGORITHMS": "ES256",
+        "ORRERY_A2A_ASSERTION_KEYS": WIRING.assertion_keys,
+    }
+
+
+def test_adapter_is_wired_to_the_same_keys_and_envoys_url() -> None:
+    """The adapter gets its address, the same assertion keys and the public /a2a URL."""
+    assert adapter_env(StackSettings.from_env({}), WIRING) == {
+        "ORRERY_A2A_ADAPTER_ADDR": "127.0.0.1:8081",
+        "ORRERY_A2A_ASSERTION_KEYS": WIRING.assertion_keys,
+        "ORRERY_A2A_PUBLIC_URL": "http://127.0.0.1:8080/a2a",
+    }
+
+
+def test_children_inherit_the_environment_but_the_wiring_wins() -> None:
+    """User variables pass through; wired ones override; a JWKS file would conflict, so goes."""
+    env = child_env(
+        {
+            "ORRERY_A2A_RATE_LIMIT": "5/minute",
+            "ORRERY_A2A_JWT_ISSUER": "https://idp",
+            "ORRERY_A2A_JWKS_FILE": "/k",
+        },
+        {"ORRERY_A2A_JWT_ISSUER": "http://127.0.0.1:8090"},
+    )
+    assert env["ORRERY_A2A_RATE_LIMIT"] == "5/minute"
+    assert env["ORRERY_A2A_JWT_ISSUER"] == "http://127.0.0.1:8090"
+    assert "ORRERY_A2A_JWKS_FILE" not in env
+    assert env["PYTHONUNBUFFERED"] == "1"
