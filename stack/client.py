@@ -23,7 +23,7 @@ import httpx
 from a2a.client import ClientCallContext, ClientConfig, ClientFactory
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import A2AError
-from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
+from google.protobuf.json_format import MessageToDict
 
 from stack.runtime import StackError
 
