@@ -15,7 +15,6 @@ verify, so a new key is rolled out to verifiers first (listed second), then prom
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import hmac
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from authz.errors import AssertionExpired, InvalidAssertion
+from authz.jose import b64url_decode, b64url_encode, json_object_segment
 from authz.principal import (
     AUTONOMY_LEVELS,
     KINDS,
@@ -70,29 +70,9 @@ _SURFACE_KINDS: Mapping[str, frozenset[str]] = {
 }
 
 
-def _b64encode(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _b64decode(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for name, value in pairs:
-        if name in obj:
-            raise ValueError("duplicate member")
-        obj[name] = value
-    return obj
-
-
 def _json_object(segment: str) -> dict[str, Any]:
-    try:
-        value = json.loads(_b64decode(segment), object_pairs_hook=_reject_duplicates)
-    except ValueError:  # bad base64, bad UTF-8, bad JSON, a duplicate member
-        value = None
-    if not isinstance(value, dict):
+    value = json_object_segment(segment)
+    if value is None:
         raise InvalidAssertion("malformed principal assertion")
     return value
 
@@ -121,7 +101,7 @@ class AssertionKeys:
             if not re.fullmatch(r"[A-Za-z0-9_-]+", encoded):
                 raise ValueError(f"key {kid!r}: secret is not base64url")
             try:
-                secret = _b64decode(encoded)
+                secret = b64url_decode(encoded)
             except (binascii.Error, ValueError):
                 raise ValueError(f"key {kid!r}: secret is not base64url") from None
             if len(secret) < MIN_SECRET_BYTES:
@@ -184,12 +164,12 @@ def sign(
         "tok_exp": token_expires_at,
     }
     signing_input = (
-        _b64encode(json.dumps(header, separators=(",", ":")).encode())
+        b64url_encode(json.dumps(header, separators=(",", ":")).encode())
         + "."
-        + _b64encode(json.dumps(claims, separators=(",", ":"), ensure_ascii=False).encode())
+        + b64url_encode(json.dumps(claims, separators=(",", ":"), ensure_ascii=False).encode())
     )
     signature = hmac.new(secret, signing_input.encode("ascii"), hashlib.sha256).digest()
-    return signing_input + "." + _b64encode(signature)
+    return signing_input + "." + b64url_encode(signature)
 
 
 def _require_str(claims: Mapping[str, Any], name: str, *, allow_empty: bool = True) -> str:
@@ -241,7 +221,7 @@ def verify(
         secret, f"{header_b64}.{payload_b64}".encode("ascii"), hashlib.sha256
     ).digest()
     try:
-        signature = _b64decode(signature_b64)
+        signature = b64url_decode(signature_b64)
     except (binascii.Error, ValueError):
         raise InvalidAssertion("malformed principal assertion") from None
     if not hmac.compare_digest(expected, signature):
