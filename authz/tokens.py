@@ -132,6 +132,10 @@ class TokenVerifier:
             raise InvalidToken("token audience is not accepted")
         return verified
 
+    def __len__(self) -> int:
+        """How many verified tokens are cached."""
+        return len(self._cache)
+
     def _forget_unpublished(self) -> None:
         """The key set changed: drop entries whose key is no longer the one published."""
         current = self._keys.current
