@@ -15,7 +15,7 @@ import hmac
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,6 +187,7 @@ class JwksServer:
     def __init__(self, document: Mapping[str, Any]) -> None:
         self.document: Any = document
         self.fetches = 0
+        self.not_modified = 0
         self.status = 200
         self.delay = 0.0
         self.redirect_to: str | None = None
@@ -203,7 +204,11 @@ class JwksServer:
         if self.status != 200:
             return web.Response(status=self.status, text="broken")
         body = self.body if self.body is not None else json.dumps(self.document).encode()
-        return web.Response(body=body, content_type="application/json")
+        etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
+        if request.headers.get("If-None-Match") == etag:
+            self.not_modified += 1
+            return web.Response(status=304, headers={"ETag": etag})
+        return web.Response(body=body, content_type="application/json", headers={"ETag": etag})
 
     async def start(self) -> None:
         app = web.Application()
@@ -298,6 +303,15 @@ async def running_authz(env: Mapping[str, str]) -> AsyncIterator[RunningAuthz]:
         await channel.close()
         stop.set()
         await task
+
+
+async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
+    """Poll `condition` until it holds (generous timeout: the machine is shared)."""
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
 
 
 @dataclass(frozen=True)
