@@ -305,6 +305,66 @@ async def running_authz(env: Mapping[str, str]) -> AsyncIterator[RunningAuthz]:
         await task
 
 
+class RedisProxy:
+    """A TCP proxy in front of the real Redis that a test can break on purpose.
+
+    Modes: "up" forwards bytes; "refuse" closes every connection at once (Redis down);
+    "blackhole" accepts and never answers (a hung Redis or a dropped network path).
+    """
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.mode = "up"
+        self._target = (target_host, target_port)
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def set_mode(self, mode: str) -> None:
+        """Switch mode; existing connections are cut so the change applies at once."""
+        self.mode = mode
+        for writer in list(self._writers):
+            writer.close()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            if self.mode == "refuse":
+                return
+            if self.mode == "blackhole":
+                while await reader.read(65536):
+                    pass
+                return
+            upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
+            self._writers.add(upstream_writer)
+            await asyncio.gather(
+                self._pipe(reader, upstream_writer), self._pipe(upstream_reader, writer)
+            )
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    @staticmethod
+    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        finally:
+            writer.close()
+
+    async def close(self) -> None:
+        self.set_mode("refuse")
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
 async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
     """Poll `condition` until it holds (generous timeout: the machine is shared)."""
     deadline = time.monotonic() + timeout

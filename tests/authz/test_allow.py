@@ -153,5 +153,5 @@ async def test_invalid_traceparent_is_dropped(authz: RunningAuthz, issuer: Issue
     ],
 )
 def test_trace_link_parsing(value: str | None, expected: str | None) -> None:
-    """W3C Trace Context: lowercase hex, no all-zero ids, version ff invalid, future versions cut."""
+    """W3C Trace Context: lowercase hex, no zero ids, version ff invalid, future versions cut."""
     assert trace_link(value) == expected

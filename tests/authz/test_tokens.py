@@ -222,7 +222,7 @@ async def test_token_issued_in_the_future_is_refused(authz: RunningAuthz, issuer
 
 
 async def test_too_long_lived_token_is_refused(authz: RunningAuthz, issuer: Issuer) -> None:
-    """exp − iat over ORRERY_A2A_JWT_MAX_LIFETIME (24 h) is refused."""
+    """exp - iat over ORRERY_A2A_JWT_MAX_LIFETIME (24 h) is refused."""
     now = int(time.time())
     token = issuer.token(iat=now, exp=now + 24 * 3600 + 1)
     assert await refused(authz, token) == "token lifetime exceeds the maximum"
