@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
 import threading
 from collections.abc import Callable
@@ -89,6 +90,26 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
     def stop(self) -> None:
         self.shutdown()
         self.server_close()
+
+
+def stop_on_signals(stop: asyncio.Event) -> None:
+    """SIGTERM (orchestrators) and SIGINT (Ctrl-C) both mean: stop gracefully."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def run(
+    settings: AuthzSettings,
+    on_ready: Callable[[Bound], None],
+    *,
+    reuse_port: bool = False,
+    serve_metrics: bool = True,
+) -> None:
+    """`serve` until SIGTERM or SIGINT: the body of `python -m authz` and of each worker."""
+    stop = asyncio.Event()
+    stop_on_signals(stop)
+    await serve(settings, stop, on_ready, reuse_port=reuse_port, serve_metrics=serve_metrics)
 
 
 async def serve(
