@@ -29,6 +29,8 @@ from envoy.service.auth.v3 import external_auth_pb2_grpc
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest, CheckResponse
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from authz.assertion import HEADER, Assertion, AssertionKeys, verify
+from authz.principal import Surface
 from authz.server import Bound, serve
 from authz.settings import AuthzSettings
 
@@ -392,6 +394,24 @@ def denied(response: CheckResponse) -> Denied:
     headers = {h.header.key: h.header.value for h in response.denied_response.headers}
     return Denied(
         response.denied_response.status.code, body["error"], body["error_description"], headers
+    )
+
+
+def adapter_verify(
+    keys: AssertionKeys,
+    response: CheckResponse,
+    *,
+    request_id: str = "req-1",
+    surface: Surface = "a2a",
+    later: int = 0,
+) -> Assertion:
+    """What the adapter does with the header Envoy injected from `response` (`later` s on)."""
+    return verify(
+        keys,
+        ok_headers(response)[HEADER],
+        request_id=request_id,
+        surface=surface,
+        now=int(time.time()) + later,
     )
 
 

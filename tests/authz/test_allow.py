@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 from envoy.config.core.v3.base_pb2 import HeaderValueOption
 
-from authz.assertion import AssertionKeys, verify
+from authz.assertion import AssertionKeys
 from authz.decision import trace_link
 from authz.errors import AssertionExpired, InvalidAssertion
 from tests.authz.support import (
     Issuer,
     RunningAuthz,
+    adapter_verify,
     assertion_keys_spec,
     base_env,
     ok_headers,
@@ -43,75 +44,46 @@ async def test_assertion_round_trip_through_the_service(
     """The adapter's verify() accepts what Check produced, for that request id and surface."""
     exp = int(time.time()) + 300
     token = issuer.token(exp=exp)
-    headers = ok_headers(await authz.check(token=token, request_id="rid-42"))
-    result = verify(
-        authz.settings.assertion_keys,
-        headers["x-orrery-principal"],
-        request_id="rid-42",
-        surface="a2a",
-        now=int(time.time()),
-    )
+    response = await authz.check(token=token, request_id="rid-42")
+    result = adapter_verify(authz.settings.assertion_keys, response, request_id="rid-42")
     assert result.principal.key == "service:svc-reporter::svc-reporter"
     assert result.token_expires_at == exp
-    assert token not in headers["x-orrery-principal"]
+    assert token not in ok_headers(response)["x-orrery-principal"]
 
 
 async def test_assertion_for_another_request_is_refused(
     authz: RunningAuthz, issuer: Issuer
 ) -> None:
     """Replaying the header on another request (another x-request-id) fails at the adapter."""
-    headers = ok_headers(await authz.check(token=issuer.token(), request_id="rid-1"))
+    response = await authz.check(token=issuer.token(), request_id="rid-1")
     with pytest.raises(InvalidAssertion, match="another request"):
-        verify(
-            authz.settings.assertion_keys,
-            headers["x-orrery-principal"],
-            request_id="rid-2",
-            surface="a2a",
-            now=int(time.time()),
-        )
+        adapter_verify(authz.settings.assertion_keys, response, request_id="rid-2")
 
 
 async def test_assertion_for_another_surface_is_refused(
     authz: RunningAuthz, issuer: Issuer
 ) -> None:
     """An a2a assertion does not open the approvals surface."""
-    headers = ok_headers(await authz.check(token=issuer.token()))
+    response = await authz.check(token=issuer.token())
     with pytest.raises(InvalidAssertion, match="surface"):
-        verify(
-            authz.settings.assertion_keys,
-            headers["x-orrery-principal"],
-            request_id="req-1",
-            surface="approvals",
-            now=int(time.time()),
-        )
+        adapter_verify(authz.settings.assertion_keys, response, surface="approvals")
 
 
 async def test_assertion_expires_after_30_seconds(authz: RunningAuthz, issuer: Issuer) -> None:
     """The assertion is per request: 30 s (plus the adapter's small leeway) and it is gone."""
-    headers = ok_headers(await authz.check(token=issuer.token()))
+    response = await authz.check(token=issuer.token())
     with pytest.raises(AssertionExpired):
-        verify(
-            authz.settings.assertion_keys,
-            headers["x-orrery-principal"],
-            request_id="req-1",
-            surface="a2a",
-            now=int(time.time()) + 40,
-        )
+        adapter_verify(authz.settings.assertion_keys, response, later=40)
 
 
 async def test_assertion_with_a_key_the_adapter_lacks_is_refused(
     authz: RunningAuthz, issuer: Issuer
 ) -> None:
     """An adapter configured with other keys refuses authz's assertion."""
-    headers = ok_headers(await authz.check(token=issuer.token()))
-    with pytest.raises(InvalidAssertion):
-        verify(
-            AssertionKeys.parse(assertion_keys_spec("a1")),  # same kid, different secret
-            headers["x-orrery-principal"],
-            request_id="req-1",
-            surface="a2a",
-            now=int(time.time()),
-        )
+    response = await authz.check(token=issuer.token())
+    other = AssertionKeys.parse(assertion_keys_spec("a1"))  # same kid, different secret
+    with pytest.raises(InvalidAssertion, match="signature"):
+        adapter_verify(other, response)
 
 
 async def test_assertion_key_rotation(issuer: Issuer, jwks_file: Path) -> None:
@@ -121,9 +93,9 @@ async def test_assertion_key_rotation(issuer: Issuer, jwks_file: Path) -> None:
     for spec, kid in ((old_spec, "old"), (f"{new_spec},{old_spec}", "new")):
         env = {**base_env(jwks_file=jwks_file), "ORRERY_A2A_ASSERTION_KEYS": spec}
         async with running_authz(env) as authz:
-            value = ok_headers(await authz.check(token=issuer.token()))["x-orrery-principal"]
+            response = await authz.check(token=issuer.token())
         assert authz.settings.assertion_keys.signing_kid == kid
-        verify(adapter_keys, value, request_id="req-1", surface="a2a", now=int(time.time()))
+        adapter_verify(adapter_keys, response)
 
 
 async def test_valid_traceparent_becomes_a_trace_link(authz: RunningAuthz, issuer: Issuer) -> None:

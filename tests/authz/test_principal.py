@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
-from authz.assertion import verify
 from authz.errors import Forbidden, InsufficientScope
 from authz.principal import RoleRules, Surface, derive
-from tests.authz.support import CONSOLE, Issuer, RunningAuthz, denied, ok_headers
+from tests.authz.support import CONSOLE, Issuer, RunningAuthz, adapter_verify, denied
 
 RULES = RoleRules(claim="roles", autonomy=(("viewer", "L1"), ("operator", "L2"), ("admin", "L3")))
 
@@ -174,23 +172,13 @@ def test_two_agents_of_one_user_share_a_subject_not_a_key() -> None:
 # --- through the service: the assertion carries the derived principal ----------------------
 
 
-def assertion_of(authz: RunningAuthz, headers: dict[str, str], surface: Surface, rid: str) -> Any:
-    return verify(
-        authz.settings.assertion_keys,
-        headers["x-orrery-principal"],
-        request_id=rid,
-        surface=surface,
-        now=int(time.time()),
-    )
-
-
 async def test_delegated_principal_reaches_the_assertion(
     authz: RunningAuthz, issuer: Issuer
 ) -> None:
     """A delegated token's principal is what the adapter reads from the header."""
     token = issuer.token(sub="alice", client_id="ci", act={"sub": "triage"}, roles=["admin"])
-    headers = ok_headers(await authz.check(token=token, request_id="rid-7"))
-    result = assertion_of(authz, headers, "a2a", "rid-7")
+    response = await authz.check(token=token, request_id="rid-7")
+    result = adapter_verify(authz.settings.assertion_keys, response, request_id="rid-7")
     assert result.principal.kind == "delegated"
     assert result.principal.key == "delegated:ci:triage:alice"
     assert result.principal.autonomy == "L3"
@@ -201,8 +189,9 @@ async def test_human_principal_on_the_approvals_surface(
 ) -> None:
     """A console-audience token without act is the human on the approvals surface."""
     token = issuer.token(sub="alice", aud=CONSOLE, client_id="console", roles=["admin"])
-    headers = ok_headers(await authz.check(token=token, surface="approvals"))
-    assert assertion_of(authz, headers, "approvals", "req-1").principal.kind == "human"
+    response = await authz.check(token=token, surface="approvals")
+    result = adapter_verify(authz.settings.assertion_keys, response, surface="approvals")
+    assert result.principal.kind == "human"
 
 
 async def test_malformed_act_is_403_through_the_service(
