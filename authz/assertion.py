@@ -16,6 +16,7 @@ verify, so a new key is rolled out to verifiers first (listed second), then prom
 from __future__ import annotations
 
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -68,6 +69,15 @@ _SURFACE_KINDS: Mapping[str, frozenset[str]] = {
     "a2a": frozenset({"delegated", "service"}),
     "approvals": frozenset({"human"}),
 }
+
+
+# One encoder instance: `json.dumps` with options builds a new encoder per call (sign is per Check).
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+@functools.lru_cache(maxsize=16)
+def _header_segment(kid: str) -> str:
+    return b64url_encode(_COMPACT_JSON.encode({"alg": "HS256", "kid": kid, "typ": "JWT"}).encode())
 
 
 def _json_object(segment: str) -> dict[str, Any]:
@@ -146,13 +156,24 @@ def sign(
 ) -> str:
     """Mint the header value for one allowed request."""
     kid, secret = keys.keys[0]
-    header = {"alg": "HS256", "kid": kid, "typ": "JWT"}
-    claims = {
-        "iss": ISSUER,
-        "aud": AUDIENCE,
-        "iat": now,
-        "exp": now + LIFETIME_SECONDS,
-        "rid": request_id,
+    # The per-request members are formatted directly (the JSON encoder's per-call set-up costs
+    # more than the whole rest of signing): integers with :d (anything else raises), the request
+    # id through json.dumps. The identity members come from the encoder, once per principal.
+    request_members = (
+        f'"iss":"{ISSUER}","aud":"{AUDIENCE}","iat":{now:d},"exp":{now + LIFETIME_SECONDS:d},'
+        f'"rid":{json.dumps(request_id)},"tok_exp":{token_expires_at:d}'
+    )
+    payload = "{" + request_members + "," + _identity_claims(principal, surface) + "}"
+    signing_input = _header_segment(kid) + "." + b64url_encode(payload.encode())
+    mac = _keyed_mac(secret).copy()
+    mac.update(signing_input.encode("ascii"))
+    return signing_input + "." + b64url_encode(mac.digest())
+
+
+@functools.lru_cache(maxsize=4096)
+def _identity_claims(principal: Principal, surface: Surface) -> str:
+    """The claims fixed by who is calling, as JSON object members (encoded once per principal)."""
+    identity = {
         "surface": surface,
         "kind": principal.kind,
         "sub": principal.subject,
@@ -161,15 +182,15 @@ def sign(
         "key": principal.key,
         "role": principal.role,
         "autonomy": principal.autonomy,
-        "tok_exp": token_expires_at,
     }
-    signing_input = (
-        b64url_encode(json.dumps(header, separators=(",", ":")).encode())
-        + "."
-        + b64url_encode(json.dumps(claims, separators=(",", ":"), ensure_ascii=False).encode())
-    )
-    signature = hmac.new(secret, signing_input.encode("ascii"), hashlib.sha256).digest()
-    return signing_input + "." + b64url_encode(signature)
+    return _COMPACT_JSON.encode(identity)[1:-1]
+
+
+@functools.lru_cache(maxsize=16)
+def _keyed_mac(secret: bytes) -> hmac.HMAC:
+    """HMAC-SHA256 already keyed with `secret`, to copy: with OpenSSL 3, keying a new HMAC costs
+    more than hashing a whole assertion."""
+    return hmac.new(secret, digestmod=hashlib.sha256)
 
 
 def _require_str(claims: Mapping[str, Any], name: str, *, allow_empty: bool = True) -> str:
@@ -217,9 +238,9 @@ def verify(
     secret = keys.secret(kid)
     if secret is None:
         raise InvalidAssertion("principal assertion signed with an unknown key")
-    expected = hmac.new(
-        secret, f"{header_b64}.{payload_b64}".encode("ascii"), hashlib.sha256
-    ).digest()
+    mac = _keyed_mac(secret).copy()
+    mac.update(f"{header_b64}.{payload_b64}".encode("ascii"))
+    expected = mac.digest()
     try:
         signature = b64url_decode(signature_b64)
     except (binascii.Error, ValueError):

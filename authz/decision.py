@@ -17,6 +17,7 @@ and the result into a CheckResponse; an HTTP ext_authz transport could do the sa
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -102,7 +103,10 @@ class Decider:
             token = credentials.bearer_token(headers)
             now = self._clock()
             verified = await self._verifier.verify(token, self._audiences[surface], now)
-            who = principal.derive(verified.claims, surface, self._roles)
+            who = verified.principals.get(surface)
+            if who is None:
+                who = principal.derive(verified.claims, surface, self._roles)
+                verified.principals[surface] = who
             signed = assertion.sign(
                 self._assertion_keys,
                 who,
@@ -113,10 +117,16 @@ class Decider:
             )
             if len(signed) > assertion.MAX_ASSERTION_BYTES:
                 raise Forbidden("the caller's identity is too large to assert")
-            await self._limiter.check(f"{surface}:{quote(who.subject, safe='')}")
+            await self._limiter.check(limit_key(surface, who.subject))
         except Denial as denial:
             return Deny(denial, rid, who)
         return Allow(who, surface, rid, signed, trace_link(headers.get("traceparent")))
+
+
+@functools.lru_cache(maxsize=4096)
+def limit_key(surface: Surface, subject: str) -> str:
+    """Budgets are per subject and per surface (CONTRACTS): `a2a:<sub>`, `approvals:<sub>`."""
+    return f"{surface}:{quote(subject, safe='')}"
 
 
 def trace_link(traceparent: str | None) -> str | None:

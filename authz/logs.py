@@ -15,6 +15,8 @@ import time
 from typing import Any
 
 _FIELDS = "orrery_fields"
+# One encoder instance: `json.dumps` with non-default options builds a new encoder per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False)
 
 
 class JsonFormatter(logging.Formatter):
@@ -31,7 +33,7 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info and record.exc_info[0] is not None:
             # The type is enough to find the bug; a message or traceback could echo request data.
             body["error_type"] = record.exc_info[0].__name__
-        return json.dumps(body, separators=(",", ":"), default=str, ensure_ascii=False)
+        return _ENCODER.encode(body)
 
 
 def configure(level: str = "INFO") -> None:
@@ -41,12 +43,23 @@ def configure(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # Records would otherwise look up the thread, process and process name for every event;
+    # the JSON line shows none of them, and authz logs one event per Check.
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
 
 
 def event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields: Any) -> None:
-    """Log one structured event; `fields` become top-level JSON members."""
+    """Log one structured event; `fields` become top-level JSON members.
+
+    The record is made directly rather than through `logger.log`, which would walk the stack to
+    find the caller's file and line — information the JSON line never shows, paid on every Check.
+    """
     if logger.isEnabledFor(level):
-        logger.log(level, name, extra={_FIELDS: fields})
+        logger.handle(
+            logger.makeRecord(logger.name, level, "", 0, name, (), None, extra={_FIELDS: fields})
+        )
 
 
 def monotonic_ms(start: float) -> float:

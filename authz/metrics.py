@@ -99,6 +99,17 @@ class Metrics:
         self.ratelimit_redis_up.set(1)
         self._hit = self.token_cache.labels("hit")
         self._miss = self.token_cache.labels("miss")
+        self._decision_children: dict[tuple[str, str], Counter] = {}
+
+    def decision(self, decision: str, reason: str, seconds: float) -> None:
+        """Count one Check and its latency (label children are resolved once per reason)."""
+        child = self._decision_children.get((decision, reason))
+        if child is None:
+            child = self._decision_children[decision, reason] = self.decisions.labels(
+                decision, reason
+            )
+        child.inc()
+        self.check_seconds.observe(seconds)
 
     def cache_lookup(self, hit: bool) -> None:
         (self._hit if hit else self._miss).inc()

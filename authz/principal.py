@@ -9,6 +9,7 @@ subject's rate limit.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -25,6 +26,7 @@ AUTONOMY_LEVELS: tuple[Autonomy, ...] = ("L1", "L2", "L3")
 SURFACES: frozenset[str] = frozenset({"a2a", "approvals"})
 
 
+@functools.lru_cache(maxsize=4096)  # hot on both sides (every Check, every adapter request)
 def principal_key(kind: str, client: str, agent: str, subject: str) -> str:
     """Join the four identity components so that no two distinct tuples give one key.
 

@@ -54,28 +54,54 @@ def _header(key: str, value: str) -> HeaderValueOption:
     )
 
 
-def allowed(assertion: str, trace_link: str | None) -> CheckResponse:
-    headers = [_header(PRINCIPAL_HEADER, assertion)]
-    if trace_link is not None:
-        headers.append(_header(TRACE_LINK_HEADER, trace_link))
+def _allow_template(*header_names: str) -> CheckResponse:
     return CheckResponse(
         status=Status(code=code_pb2.OK),
-        ok_response=OkHttpResponse(headers=headers, headers_to_remove=REMOVED_HEADERS),
+        ok_response=OkHttpResponse(
+            headers=[_header(name, "") for name in header_names],
+            headers_to_remove=REMOVED_HEADERS,
+        ),
     )
 
 
+# Built once; `allowed` copies one and fills in the values (about 7x cheaper than building the
+# nested messages from keyword arguments on every Check).
+_ALLOW = _allow_template(PRINCIPAL_HEADER)
+_ALLOW_WITH_LINK = _allow_template(PRINCIPAL_HEADER, TRACE_LINK_HEADER)
+
+
+def allowed(assertion: str, trace_link: str | None) -> CheckResponse:
+    response = CheckResponse()
+    response.CopyFrom(_ALLOW if trace_link is None else _ALLOW_WITH_LINK)
+    headers = response.ok_response.headers
+    headers[0].header.value = assertion
+    if trace_link is not None:
+        headers[1].header.value = trace_link
+    return response
+
+
 def denied(denial: Denial) -> CheckResponse:
+    return _denied(denial.status, denial.reason, denial.description, tuple(denial_headers(denial)))
+
+
+@functools.lru_cache(maxsize=256)
+def _denied(
+    status: int, reason: str, description: str, extra: tuple[tuple[str, str], ...]
+) -> CheckResponse:
+    """A denial is fully determined by these values (descriptions are our literals), so the
+    message is built once per distinct denial; it is shared and never modified afterwards —
+    gRPC only serializes it."""
     headers = [
         _header("content-type", "application/json"),
         _header("cache-control", "no-store"),
-        *(_header(name, value) for name, value in denial_headers(denial)),
+        *(_header(name, value) for name, value in extra),
     ]
     return CheckResponse(
-        status=Status(code=_GRPC_CODES.get(denial.status, code_pb2.PERMISSION_DENIED)),
+        status=Status(code=_GRPC_CODES.get(status, code_pb2.PERMISSION_DENIED)),
         denied_response=DeniedHttpResponse(
-            status=HttpStatus(code=denial.status),
+            status=HttpStatus(code=status),
             headers=headers,
-            body=denial_body(denial.reason, denial.description),
+            body=json.dumps({"error": reason, "error_description": description}),
         ),
     )
 
@@ -100,8 +126,3 @@ def denial_headers(denial: Denial) -> list[tuple[str, str]]:
 def _challenge(error: str, description: str) -> str:
     # Descriptions are our own literals (see authz.errors); quotes and backslashes cannot occur.
     return f'Bearer realm="{REALM}", error="{error}", error_description="{description}"'
-
-
-@functools.lru_cache(maxsize=256)
-def denial_body(reason: str, description: str) -> str:
-    return json.dumps({"error": reason, "error_description": description})

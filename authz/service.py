@@ -52,7 +52,6 @@ class AuthorizationService(external_auth_pb2_grpc.AuthorizationServicer):  # typ
     def __init__(self, decider: Decider, metrics: Metrics) -> None:
         self._decider = decider
         self._metrics = metrics
-        self._observe = metrics.check_seconds.observe
 
     async def Check(self, request: CheckRequest, context: Any) -> CheckResponse:  # noqa: N802
         started = time.perf_counter()
@@ -68,12 +67,11 @@ class AuthorizationService(external_auth_pb2_grpc.AuthorizationServicer):  # typ
                 decision, reason, status = "deny", denial.reason, denial.status
                 who = result.principal
         except Exception:
-            self._metrics.decisions.labels("error", "internal_error").inc()
+            self._metrics.decision("error", "internal_error", time.perf_counter() - started)
             logger.exception("check_failed")
             raise
         elapsed = time.perf_counter() - started
-        self._observe(elapsed)
-        self._metrics.decisions.labels(decision, reason).inc()
+        self._metrics.decision(decision, reason, elapsed)
         logs.event(
             logger,
             "decision",
