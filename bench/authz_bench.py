@@ -14,6 +14,8 @@ Cases:
   cached ES256    authz, token found in the verified-token cache (the steady state)
   uncached ES256  authz with ORRERY_A2A_TOKEN_CACHE_SIZE=0: full verification every request
   uncached RS256  the same with an RS256 (2048-bit) token
+  (for information) cached ES256 with ORRERY_A2A_LOG_LEVEL=WARNING: what the per-decision
+                  JSON log line costs
 
 The real service runs as configured by default except the rate limit (set high enough never to
 refuse) and its decision log, which goes to a file (one JSON line per Check, as in production).
@@ -277,12 +279,19 @@ def main() -> None:
             {**env, "ORRERY_A2A_TOKEN_CACHE_SIZE": "0"},
             work / "uncached.log",
         ),
+        "quiet": start(
+            "quiet",
+            [python, "-m", "authz"],
+            {**env, "ORRERY_A2A_LOG_LEVEL": "WARNING"},
+            work / "quiet.log",
+        ),
     }
     cases = {
         "baseline (do-nothing)": (servers["baseline"], bodies["ES256"]),
         "authz, cached ES256": (servers["cached"], bodies["ES256"]),
         "authz, uncached ES256": (servers["uncached"], bodies["ES256"]),
         "authz, uncached RS256": (servers["uncached"], bodies["RS256"]),
+        "  cached, no decision log": (servers["quiet"], bodies["ES256"]),
     }
     results: dict[str, list[Run]] = {name: [] for name in cases}
     try:
@@ -309,10 +318,10 @@ def report(results: dict[str, list[Run]], args: argparse.Namespace) -> None:
         f"{args.requests} requests x {args.rounds} rounds, h2load -c {args.connections} "
         f"-m {args.streams}; medians; nproc={os.cpu_count()}"
     )
-    print(f"{'case':<24}{'CPU us/req':>12}{'x base':>8}{'req/s':>10}{'x base':>8}{'mean ms':>9}")
+    print(f"{'case':<28}{'CPU us/req':>12}{'x base':>8}{'req/s':>10}{'x base':>8}{'mean ms':>9}")
     for name, run in median.items():
         print(
-            f"{name:<24}{run.cpu_us:>12.1f}{run.cpu_us / base.cpu_us:>8.2f}"
+            f"{name:<28}{run.cpu_us:>12.1f}{run.cpu_us / base.cpu_us:>8.2f}"
             f"{run.rps:>10.0f}{run.rps / base.rps:>8.2f}{run.mean_ms:>9.2f}"
         )
 
