@@ -43,7 +43,10 @@ def strict_json(data: bytes | str) -> Any:
     Raises `ValueError` (which covers bad UTF-8 and bad JSON) when the input is not acceptable.
     """
     text = data.decode("utf-8") if isinstance(data, bytes) else data
-    return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    except RecursionError:  # "[[[[…" from an unauthenticated header must not become a crash
+        raise ValueError("JSON nested too deeply") from None
 
 
 def json_object_segment(segment: str) -> dict[str, Any] | None:

@@ -181,6 +181,14 @@ async def test_duplicate_member_in_payload_is_refused(authz: RunningAuthz, issue
     assert await refused(authz, token) == "token payload is not a JSON object"
 
 
+async def test_deeply_nested_header_is_refused_not_crashed(
+    authz: RunningAuthz, issuer: Issuer
+) -> None:
+    """JSON nested past the parser's recursion limit is a clean 401, not a gRPC error."""
+    token = issuer.token(raw_header="[" * 2500 + "]" * 2500)
+    assert await refused(authz, token) == "token header is not a JSON object"
+
+
 async def test_tampered_payload_is_refused(authz: RunningAuthz, issuer: Issuer) -> None:
     """Changing the payload after signing breaks the signature."""
     head, _, sig = issuer.token().split(".")
