@@ -30,7 +30,8 @@ import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
@@ -214,7 +215,8 @@ class UrlSource:
     """
 
     def __init__(self, url: str, timeout: float) -> None:
-        self.description = url
+        parts = urlsplit(url)
+        self.description = f"{parts.scheme}://{parts.netloc}{parts.path}"  # no query in logs
         self._url = url
         self._timeout = timeout
         self._etag: str | None = None
@@ -303,7 +305,7 @@ def source_for(settings: JwksSettings) -> KeySource:
     return FileSource(settings.file)
 
 
-RefreshOutcome = str  # "updated" | "unchanged" | "error"
+RefreshOutcome = Literal["updated", "unchanged", "error"]
 
 
 class KeyStore:
