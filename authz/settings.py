@@ -163,7 +163,8 @@ def _jwks_settings(read: EnvReader) -> JwksSettings:
         url=url,
         file=Path(file) if file else None,
         refresh=read.seconds("ORRERY_A2A_JWKS_REFRESH", "5m" if url else "1s", minimum=0.05),
-        cooldown=read.seconds("ORRERY_A2A_JWKS_COOLDOWN", "30s"),
+        # At least 1 s: without a cooldown, a stream of unknown kids is a stream of fetches.
+        cooldown=read.seconds("ORRERY_A2A_JWKS_COOLDOWN", "30s", minimum=1),
         stale=read.seconds("ORRERY_A2A_JWKS_STALE", "1h", minimum=0.1),
         timeout=read.seconds("ORRERY_A2A_JWKS_TIMEOUT", "2s", minimum=0.05),
     )

@@ -61,8 +61,9 @@ async def test_rotation_new_kid_is_fetched_on_demand(
     jwks_server: JwksServer, issuer: Issuer
 ) -> None:
     """A token signed by a newly published key verifies after one refetch."""
-    env = url_env(jwks_server, ORRERY_A2A_JWKS_COOLDOWN="0s")
+    env = url_env(jwks_server, ORRERY_A2A_JWKS_COOLDOWN="1s")
     async with running_authz(env) as authz:
+        await asyncio.sleep(1.1)  # the cooldown since the start-up load is over
         fresh = SigningKey.generate("ES256", kid="rotated-in")
         jwks_server.document = {"keys": [*issuer.jwks()["keys"], fresh.jwk()]}
         before = jwks_server.fetches

@@ -163,6 +163,11 @@ def test_durations_are_configurable_for_jwks() -> None:
     assert jwks.retry == 0.25
 
 
+def test_jwks_cooldown_cannot_be_switched_off() -> None:
+    """A cooldown under 1 s would turn a stream of unknown kids into a stream of fetches."""
+    assert problems(minimal_env(ORRERY_A2A_JWKS_COOLDOWN="0s")) == ["ORRERY_A2A_JWKS_COOLDOWN"]
+
+
 def test_file_source_is_polled_every_second_by_default() -> None:
     """A JWKS file is checked for changes every second unless told otherwise."""
     env = minimal_env(ORRERY_A2A_JWKS_URL="<unset>", ORRERY_A2A_JWKS_FILE="/etc/jwks.json")
