@@ -23,11 +23,9 @@ from collections.abc import Mapping, Sequence
 
 from authz import logs
 from authz.errors import ConfigError
-from authz.server import Bound, run
+from authz.server import Bound, configure_logging, process_logger, run
 from authz.settings import AuthzSettings
 from authz.workers import WorkerDied, run_workers
-
-logger = logging.getLogger("authz")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,19 +39,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    logs.configure(settings.log_level)
+    configure_logging(settings.log_level)
     try:
         if args.workers == 1:
             asyncio.run(run(settings, _log_serving))
         else:
             run_workers(settings, args.workers)
     except OSError as exc:
-        logs.event(logger, "startup_failed", logging.ERROR, error=str(exc))
+        logs.event(process_logger, "startup_failed", logging.ERROR, error=str(exc))
         return 1
     except WorkerDied as exc:
-        logs.event(logger, "worker_died", logging.ERROR, exitcode=exc.exitcode)
+        logs.event(process_logger, "worker_died", logging.ERROR, exitcode=exc.exitcode)
         return 1
-    logs.event(logger, "stopped")
+    logs.event(process_logger, "stopped")
     return 0
 
 
@@ -78,7 +76,7 @@ def load_settings(env: Mapping[str, str], workers: int) -> AuthzSettings:
 
 
 def _log_serving(bound: Bound) -> None:
-    logs.event(logger, "serving", workers=1, pid=os.getpid(), **dataclasses.asdict(bound))
+    logs.event(process_logger, "serving", workers=1, pid=os.getpid(), **dataclasses.asdict(bound))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from envoy.service.auth.v3 import external_auth_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
+from authz import logs
 from authz.decision import Decider
 from authz.jwks import KeyStore, source_for
 from authz.limits import Limiter
@@ -40,7 +41,14 @@ AUTHZ_SERVICE = "envoy.service.auth.v3.Authorization"
 SHUTDOWN_GRACE_SECONDS = 5.0
 MAX_MESSAGE_BYTES = 1024 * 1024
 
-logger = logging.getLogger("authz.server")
+# Start and stop events are what supervisors and tests wait for: always logged, whatever
+# ORRERY_A2A_LOG_LEVEL says (it governs the per-decision and JWKS/limiter events).
+process_logger = logging.getLogger("authz.process")
+
+
+def configure_logging(level: str) -> None:
+    logs.configure(level)
+    process_logger.setLevel(logging.INFO)
 
 
 @dataclass(frozen=True, slots=True)

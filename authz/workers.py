@@ -31,13 +31,18 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from authz import logs
-from authz.server import Bound, MetricsServer, format_address, run
+from authz.server import (
+    Bound,
+    MetricsServer,
+    configure_logging,
+    format_address,
+    process_logger,
+    run,
+)
 from authz.settings import AuthzSettings
 
 WORKER_START_TIMEOUT = 60.0
 WORKER_STOP_TIMEOUT = 15.0
-
-logger = logging.getLogger("authz")
 
 
 class WorkerDied(Exception):
@@ -48,16 +53,16 @@ class WorkerDied(Exception):
 
 def worker_main(settings: AuthzSettings, conn: Connection) -> None:
     """Entry point of one worker process (spawned; never forked from a running event loop)."""
-    logs.configure(settings.log_level)
+    configure_logging(settings.log_level)
 
     def ready(bound: Bound) -> None:
         conn.send(bound.grpc)
-        logs.event(logger, "worker_serving", pid=os.getpid(), **dataclasses.asdict(bound))
+        logs.event(process_logger, "worker_serving", pid=os.getpid(), **dataclasses.asdict(bound))
 
     try:
         asyncio.run(run(settings, ready, reuse_port=True, serve_metrics=False))
     except OSError as exc:
-        logs.event(logger, "startup_failed", logging.ERROR, error=str(exc))
+        logs.event(process_logger, "startup_failed", logging.ERROR, error=str(exc))
         sys.exit(1)
 
 
@@ -114,7 +119,7 @@ def _serve_merged_metrics(
     MultiProcessCollector(registry, path=metrics_dir)  # type: ignore[no-untyped-call]
     server = MetricsServer.start(settings.metrics_addr, registry)
     logs.event(
-        logger,
+        process_logger,
         "serving",
         workers=count,
         pid=os.getpid(),

@@ -200,3 +200,15 @@ def test_a_dead_worker_stops_the_service_with_exit_1(
     os.kill(victim, signal.SIGKILL)
     assert process.wait_for("worker_died")["exitcode"] == -signal.SIGKILL
     assert process.proc.wait(timeout=60) == 1
+
+
+def test_serving_is_logged_even_when_decisions_are_not(
+    started: list[AuthzProcess], jwks_file: Path, issuer: Issuer
+) -> None:
+    """ORRERY_A2A_LOG_LEVEL=WARNING silences decisions, never the start and stop events."""
+    env = {**base_env(jwks_file=jwks_file), "ORRERY_A2A_LOG_LEVEL": "WARNING"}
+    process = start(started, env)
+    serving = process.wait_for("serving")
+    assert check_once(serving["grpc"], issuer.token()) == 0
+    assert process.stop() == 0
+    assert [e["event"] for e in process.events] == ["serving", "stopped"]
