@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import urllib.request
@@ -84,3 +85,57 @@ async def test_metrics_are_exposed(authz: RunningAuthz, issuer: Issuer) -> None:
     assert "orrery_authz_jwks_keys 4.0" in body
     assert "orrery_authz_jwks_usable 1.0" in body
     assert "orrery_authz_ratelimit_redis_up 1.0" in body
+
+
+def isolated_logger(name: str) -> tuple[logging.Logger, io.StringIO]:
+    """A logger outside the global tree whose only destination is a JsonLinesHandler."""
+    stream = io.StringIO()
+    logger = logging.Logger(name, logging.INFO)
+    logger.propagate = False
+    logger.addHandler(logs.JsonLinesHandler(stream))
+    return logger, stream
+
+
+def test_direct_event_line_is_the_formatter_line() -> None:
+    """The fast path writes exactly what JsonFormatter would, member for member, in order."""
+    logger, stream = isolated_logger("t.direct")
+    logs.event(logger, "decision", reason="ok", ms=0.5, principal=None)
+    direct = json.loads(stream.getvalue())
+    record = logger.makeRecord(
+        logger.name,
+        logging.INFO,
+        "",
+        0,
+        "decision",
+        (),
+        None,
+        extra={"orrery_fields": {"reason": "ok", "ms": 0.5, "principal": None}},
+    )
+    formatted = json.loads(logs.JsonFormatter().format(record))
+    assert list(direct) == list(formatted)
+    assert {k: v for k, v in direct.items() if k != "ts"} == {
+        k: v for k, v in formatted.items() if k != "ts"
+    }
+
+
+def test_any_other_destination_takes_the_ordinary_path() -> None:
+    """With a second handler (or a filter) every handler still receives the event."""
+    logger, stream = isolated_logger("t.ordinary")
+    seen: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    logger.addHandler(Collect())
+    logs.event(logger, "decision", reason="ok")
+    assert json.loads(stream.getvalue())["reason"] == "ok"
+    assert [record.getMessage() for record in seen] == ["decision"]
+
+
+def test_levels_still_apply_on_the_direct_path() -> None:
+    """An event below the logger's level is not written."""
+    logger, stream = isolated_logger("t.level")
+    logger.setLevel(logging.WARNING)
+    logs.event(logger, "decision", reason="ok")
+    assert stream.getvalue() == ""
