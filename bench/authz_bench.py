@@ -20,7 +20,8 @@ Cases:
 The real service runs as configured by default except the rate limit (set high enough never to
 refuse) and its decision log, which goes to a file (one JSON line per Check, as in production).
 After each run the service's own metrics must show every request allowed, or the run is void.
-Cases are interleaved over rounds; the median of each is printed with its ratio to baseline.
+Cases are interleaved over rounds; each round's CPU is divided by the baseline of the same round
+(the machine's load drifts between rounds), and the median and range of those ratios printed.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from envoy.service.auth.v3.external_auth_pb2 import CheckRequest, CheckResponse
 ISSUER = "https://issuer.bench"
 AUDIENCE = "orrery-a2a"
 CHECK_PATH = "/envoy.service.auth.v3.Authorization/Check"
+BASELINE = "baseline (do-nothing)"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -268,33 +270,26 @@ def main() -> None:
         "ORRERY_A2A_RATE_LIMIT": "100000000/second",
     }
     python = sys.executable
-    servers = {
-        "baseline": start(
-            "baseline", [python, __file__, "--baseline-server"], {}, work / "baseline.log"
-        ),
-        "cached": start("cached", [python, "-m", "authz"], env, work / "cached.log"),
-        "uncached": start(
-            "uncached",
-            [python, "-m", "authz"],
-            {**env, "ORRERY_A2A_TOKEN_CACHE_SIZE": "0"},
-            work / "uncached.log",
-        ),
-        "quiet": start(
-            "quiet",
-            [python, "-m", "authz"],
-            {**env, "ORRERY_A2A_LOG_LEVEL": "WARNING"},
-            work / "quiet.log",
-        ),
+    authz = [python, "-m", "authz"]
+    plans = {
+        "baseline": ([python, __file__, "--baseline-server"], {}),
+        "cached": (authz, env),
+        "uncached": (authz, {**env, "ORRERY_A2A_TOKEN_CACHE_SIZE": "0"}),
+        "quiet": (authz, {**env, "ORRERY_A2A_LOG_LEVEL": "WARNING"}),
     }
-    cases = {
-        "baseline (do-nothing)": (servers["baseline"], bodies["ES256"]),
-        "authz, cached ES256": (servers["cached"], bodies["ES256"]),
-        "authz, uncached ES256": (servers["uncached"], bodies["ES256"]),
-        "authz, uncached RS256": (servers["uncached"], bodies["RS256"]),
-        "  cached, no decision log": (servers["quiet"], bodies["ES256"]),
-    }
-    results: dict[str, list[Run]] = {name: [] for name in cases}
+    servers: dict[str, Server] = {}
+    results: dict[str, list[Run]] = {}
     try:
+        for name, (command, extra_env) in plans.items():
+            servers[name] = start(name, command, extra_env, work / f"{name}.log")
+        cases = {
+            BASELINE: (servers["baseline"], bodies["ES256"]),
+            "authz, cached ES256": (servers["cached"], bodies["ES256"]),
+            "authz, uncached ES256": (servers["uncached"], bodies["ES256"]),
+            "authz, uncached RS256": (servers["uncached"], bodies["RS256"]),
+            "  cached, no decision log": (servers["quiet"], bodies["ES256"]),
+        }
+        results = {name: [] for name in cases}
         for round_ in range(args.rounds):
             for name, (server, body) in cases.items():
                 results[name].append(measure(server, body, args))
@@ -307,22 +302,25 @@ def main() -> None:
 
 
 def report(results: dict[str, list[Run]], args: argparse.Namespace) -> None:
-    median = {
-        name: Run(
-            *(statistics.median(getattr(r, f) for r in runs) for f in ("cpu_us", "rps", "mean_ms"))
-        )
-        for name, runs in results.items()
-    }
-    base = median["baseline (do-nothing)"]
+    """Medians, and the CPU ratio to the baseline measured in the same round (median, range)."""
+    base_runs = results[BASELINE]
     print(
         f"{args.requests} requests x {args.rounds} rounds, h2load -c {args.connections} "
         f"-m {args.streams}; medians; nproc={os.cpu_count()}"
     )
-    print(f"{'case':<28}{'CPU us/req':>12}{'x base':>8}{'req/s':>10}{'x base':>8}{'mean ms':>9}")
-    for name, run in median.items():
+    print(
+        f"{'case':<28}{'CPU us/req':>11}{'x base':>8}{'(range)':>13}"
+        f"{'req/s':>8}{'x base':>8}{'mean ms':>9}"
+    )
+    base_rps = statistics.median(run.rps for run in base_runs)
+    for name, runs in results.items():
+        ratios = [run.cpu_us / base.cpu_us for run, base in zip(runs, base_runs, strict=True)]
+        rps = statistics.median(run.rps for run in runs)
         print(
-            f"{name:<28}{run.cpu_us:>12.1f}{run.cpu_us / base.cpu_us:>8.2f}"
-            f"{run.rps:>10.0f}{run.rps / base.rps:>8.2f}{run.mean_ms:>9.2f}"
+            f"{name:<28}{statistics.median(run.cpu_us for run in runs):>11.1f}"
+            f"{statistics.median(ratios):>8.2f}{f'{min(ratios):.2f}-{max(ratios):.2f}':>13}"
+            f"{rps:>8.0f}{rps / base_rps:>8.2f}"
+            f"{statistics.median(run.mean_ms for run in runs):>9.2f}"
         )
 
 
