@@ -85,11 +85,11 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
 
     daemon_threads = True
 
-    @classmethod
-    def start(cls, addr: tuple[str, int], registry: CollectorRegistry) -> MetricsServer:
+    @staticmethod
+    def start(addr: tuple[str, int], registry: CollectorRegistry) -> MetricsServer:
         host, port = addr
-        cls.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        server = make_server(host, port, make_wsgi_app(registry), cls, handler_class=_QuietHandler)
+        kind = _MetricsServer6 if ":" in host else MetricsServer
+        server = make_server(host, port, make_wsgi_app(registry), kind, handler_class=_QuietHandler)
         threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         ).start()
@@ -98,6 +98,10 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
     def stop(self) -> None:
         self.shutdown()
         self.server_close()
+
+
+class _MetricsServer6(MetricsServer):
+    address_family = socket.AF_INET6
 
 
 def stop_on_signals(stop: asyncio.Event) -> None:
@@ -133,11 +137,8 @@ async def serve(
     health_servicer = health.aio.HealthServicer()
 
     async def on_usable(usable: bool) -> None:
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if usable
-            else (health_pb2.HealthCheckResponse.NOT_SERVING)
-        )
+        serving = health_pb2.HealthCheckResponse
+        status = serving.SERVING if usable else serving.NOT_SERVING
         metrics.jwks_usable.set(1 if usable else 0)
         for name in ("", AUTHZ_SERVICE):
             await health_servicer.set(name, status)
