@@ -12,41 +12,108 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 _FIELDS = "orrery_fields"
+# One encoder instance: `json.dumps` with non-default options builds a new encoder per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=False)
+
+
+_LEVEL_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warning"}
+
+
+def _line(
+    created: float, level: int, logger: str, event: str, fields: Mapping[str, Any]
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "ts": round(created, 6),
+        "level": _LEVEL_NAMES.get(level) or logging.getLevelName(level).lower(),
+        "logger": logger,
+        "event": event,
+    }
+    body.update(fields)
+    return body
 
 
 class JsonFormatter(logging.Formatter):
     """Render a record as `{"ts", "level", "logger", "event", …fields}`; exceptions by type only."""
 
     def format(self, record: logging.LogRecord) -> str:
-        body: dict[str, Any] = {
-            "ts": round(record.created, 6),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "event": record.getMessage(),
-        }
-        body.update(getattr(record, _FIELDS, {}))
+        fields = getattr(record, _FIELDS, {})
+        body = _line(record.created, record.levelno, record.name, record.getMessage(), fields)
         if record.exc_info and record.exc_info[0] is not None:
             # The type is enough to find the bug; a message or traceback could echo request data.
             body["error_type"] = record.exc_info[0].__name__
-        return json.dumps(body, separators=(",", ":"), default=str, ensure_ascii=False)
+        return _ENCODER.encode(body)
+
+
+class JsonLinesHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler `configure` installs: JSON lines on a stream, plus a direct path for `event`."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
+        self.setFormatter(JsonFormatter())
+
+    def write_event(self, level: int, logger: str, event: str, fields: Mapping[str, Any]) -> None:
+        """Write what `emit` would write for this event, without a LogRecord."""
+        line = _ENCODER.encode(_line(time.time(), level, logger, event, fields))
+        with self.lock:  # type: ignore[union-attr]  # the lock emit() uses; created in __init__
+            try:
+                self.stream.write(line + self.terminator)
+                self.stream.flush()
+            except (OSError, ValueError):  # a broken or closed log stream must not break a Check
+                self.handleError(logging.makeLogRecord({"msg": event, "levelno": level}))
 
 
 def configure(level: str = "INFO") -> None:
     """Send every logger's records to stderr as JSON lines (idempotent)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [JsonLinesHandler(sys.stderr)]
     root.setLevel(level.upper())
+    # Records would otherwise look up the thread, process and process name for every event;
+    # the JSON line shows none of them, and authz logs one event per Check.
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+
+
+def _sole_json_handler(logger: logging.Logger, level: int) -> JsonLinesHandler | None:
+    """The one handler a record from `logger` would reach, if that is a filter-free
+    `JsonLinesHandler`; otherwise None (another handler, a filter — e.g. pytest's caplog)."""
+    found: JsonLinesHandler | None = None
+    current: logging.Logger | None = logger
+    while current is not None:
+        if current.filters or current.disabled:
+            return None
+        for handler in current.handlers:
+            if found is not None or type(handler) is not JsonLinesHandler:
+                return None
+            if handler.filters or level < handler.level:
+                return None
+            found = handler
+        current = current.parent if current.propagate else None
+    return found
 
 
 def event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields: Any) -> None:
-    """Log one structured event; `fields` become top-level JSON members."""
-    if logger.isEnabledFor(level):
-        logger.log(level, name, extra={_FIELDS: fields})
+    """Log one structured event; `fields` become top-level JSON members.
+
+    authz logs one event per Check, and Python's logging machinery (a LogRecord, the handler
+    chain, the formatter) cost about half of what the decision itself costs (docs/authz.md). So
+    when the event would reach exactly one `JsonLinesHandler` and nothing else, the line is
+    written directly — the same bytes `JsonFormatter` would produce. Any other set-up (more
+    handlers, filters) takes the ordinary path, without `logger.log`'s stack walk for the
+    caller's file and line, which the JSON line never shows.
+    """
+    if not logger.isEnabledFor(level):
+        return
+    handler = _sole_json_handler(logger, level)
+    if handler is not None:
+        handler.write_event(level, logger.name, name, fields)
+    else:
+        extra = {_FIELDS: fields}
+        logger.handle(logger.makeRecord(logger.name, level, "", 0, name, (), None, extra=extra))
 
 
 def monotonic_ms(start: float) -> float:

@@ -321,3 +321,18 @@ def test_principal_key_is_unambiguous() -> None:
     assert principal_key("service", "cx:", "", "y") != principal_key("service", "cx", "", ":y")
     assert principal_key("service", "a%3A", "", "b") != principal_key("service", "a:", "", "b")
     assert principal_key("delegated", "c", "a", "s") == "delegated:c:a:s"
+
+
+def test_request_id_with_json_metacharacters_round_trips() -> None:
+    """Quotes and backslashes in a request id are escaped, not able to forge members."""
+    rid = 'a"b\\c","kind":"human'
+    token = mint(rid=rid)
+    assert claims_of(token)["rid"] == rid
+    assert claims_of(token)["kind"] == "delegated"
+    assert verify(KEYS, token, request_id=rid, surface="a2a", now=NOW).request_id == rid
+
+
+def test_non_integer_time_cannot_be_signed() -> None:
+    """Times are formatted as integers; a float is a programming error, not a claim."""
+    with pytest.raises(ValueError):
+        sign(KEYS, DELEGATED, surface="a2a", request_id="r", token_expires_at=1, now=1.5)  # type: ignore[arg-type]

@@ -1,0 +1,83 @@
+"""`python -m authz [--workers N]` — serve Check until SIGTERM/SIGINT, then exit 0.
+
+Exit codes: 0 after a clean stop, 2 for bad configuration (one message naming every bad
+variable), 1 when the service cannot run (address in use, a worker died).
+
+Once listening it logs one `serving` event with the real addresses (port 0 picks free ports):
+`{"event": "serving", "grpc": "127.0.0.1:PORT", "metrics": "127.0.0.1:PORT", "workers": N, …}`.
+
+With `--workers N` (N > 1) N processes share the gRPC port (see `authz.workers`). Each worker has
+its own key store and token cache; the in-process rate limiter cannot be shared between
+processes, so N > 1 requires `ORRERY_A2A_REDIS_URL`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from authz import logs
+from authz.errors import ConfigError
+from authz.server import Bound, configure_logging, process_logger, run
+from authz.settings import AuthzSettings
+from authz.workers import WorkerDied, run_workers
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m authz", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--workers", type=int, default=1, help="processes sharing the gRPC port (default 1)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(os.environ, args.workers)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+    try:
+        if args.workers == 1:
+            asyncio.run(run(settings, _log_serving))
+        else:
+            run_workers(settings, args.workers)
+    except OSError as exc:
+        logs.event(process_logger, "startup_failed", logging.ERROR, error=str(exc))
+        return 1
+    except WorkerDied as exc:
+        logs.event(process_logger, "worker_died", logging.ERROR, exitcode=exc.exitcode)
+        return 1
+    logs.event(process_logger, "stopped")
+    return 0
+
+
+def load_settings(env: Mapping[str, str], workers: int) -> AuthzSettings:
+    """Settings plus the `--workers` rule, reported together as one `ConfigError`."""
+    problems: list[str] = []
+    settings: AuthzSettings | None = None
+    try:
+        settings = AuthzSettings.from_env(env)
+    except ConfigError as exc:
+        problems = list(exc.problems)
+    if workers < 1:
+        problems.append("--workers: must be at least 1")
+    elif workers > 1 and not env.get("ORRERY_A2A_REDIS_URL", "").strip():
+        problems.append(
+            "ORRERY_A2A_REDIS_URL: required with --workers > 1 "
+            "(each worker would otherwise enforce its own rate limit)"
+        )
+    if problems or settings is None:
+        raise ConfigError(problems)
+    return settings
+
+
+def _log_serving(bound: Bound) -> None:
+    logs.event(process_logger, "serving", workers=1, pid=os.getpid(), **dataclasses.asdict(bound))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""The request headers, checked before any cryptography: reserved names, the hop, the bearer.
+
+These are the cheapest refusals (DESIGN request path 4.1 to 4.3), so they run first:
+
+1. a client may not send anything in our `x-orrery-` namespace except the hop header — those
+   names carry what authz asserts (`x-orrery-principal`, `x-orrery-trace-link`), and a client
+   copy must never be mistaken for ours → 400 `reserved_header`;
+2. the hop header marks a call made by Orrery itself; accepting it would let two agents loop at
+   the platform's model cost → 508 `loop_detected`;
+3. exactly one `Authorization: Bearer <compact JWS>` → else 401 `missing_credential` (no header,
+   another scheme, two headers) or `token_invalid` (a bearer value that cannot be a JWS).
+
+Envoy lowercases header names and joins a repeated header's values with "," (and never sends a
+comma inside a token, which is base64url), so a comma in `authorization` means two headers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from authz.errors import BadRequest, InvalidToken, LoopDetected, MissingCredential, ReservedHeader
+
+RESERVED_PREFIX = "x-orrery-"
+HOP_HEADER = "x-orrery-hop"
+REQUEST_ID_HEADER = "x-request-id"
+MAX_TOKEN_BYTES = 8192
+
+_COMPACT_JWS = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+# Envoy generates UUIDs; anything printable and short is accepted, nothing that could smuggle
+# structure into a log line or the assertion.
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+def check_reserved(headers: Mapping[str, str]) -> None:
+    """Refuse client-sent reserved headers (400), then the hop header (508)."""
+    for name in headers:
+        if name.startswith(RESERVED_PREFIX) and name != HOP_HEADER:
+            raise ReservedHeader("x-orrery- headers are reserved")
+    if HOP_HEADER in headers:
+        raise LoopDetected("the request comes from Orrery itself")
+
+
+def request_id(headers: Mapping[str, str]) -> str:
+    """Envoy's `x-request-id`, which the assertion is bound to; without it nothing is signed."""
+    value = headers.get(REQUEST_ID_HEADER, "")
+    if not _REQUEST_ID.fullmatch(value):
+        raise BadRequest("the request has no usable x-request-id")
+    return value
+
+
+def bearer_token(headers: Mapping[str, str]) -> str:
+    """The one bearer token of the request (RFC 6750 §2.1), not yet verified."""
+    value = headers.get("authorization", "")
+    if not value:
+        raise MissingCredential("a bearer token is required")
+    if "," in value:
+        raise MissingCredential("more than one Authorization header")
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer":
+        raise MissingCredential("the Authorization scheme must be Bearer")
+    token = token.lstrip(" ")
+    if not token:
+        raise MissingCredential("a bearer token is required")
+    if len(token) > MAX_TOKEN_BYTES:
+        raise InvalidToken("token is too large")
+    if not _COMPACT_JWS.fullmatch(token):
+        raise InvalidToken("token is not a compact JWS")
+    return token

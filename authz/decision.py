@@ -1,0 +1,147 @@
+"""The decision: one request view in, Allow or Deny out — independent of how Envoy asked.
+
+`Decider.decide` runs DESIGN's request path step 4 in order, cheapest refusal first:
+
+    0. route labels     unknown surface → 403 forbidden; no x-request-id → 400 bad_request
+    1. reserved header  → 400 reserved_header
+    2. hop header       → 508 loop_detected
+    3. Authorization    → 401 missing_credential / token_invalid
+    4. token            → 401 token_* / unknown_key, 503 keys_unavailable
+    5. principal        → 403 forbidden / insufficient_scope (incl. an identity too large to sign)
+    6. rate limit       → 429 rate_limited, 503 limiter_unavailable
+    7. allow            → the signed x-orrery-principal assertion (+ trace link)
+
+Nothing here knows about gRPC or protobuf: `service.py` turns a CheckRequest into a `CheckView`
+and the result into a CheckResponse; an HTTP ext_authz transport could do the same beside it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from authz import assertion, credentials, principal
+from authz.errors import Denial, Forbidden
+from authz.limits import Limiter
+from authz.principal import Principal, RoleRules, Surface
+from authz.settings import TokenRules
+from authz.tokens import TokenVerifier
+
+# W3C Trace Context §3.2: version-traceid-parentid-flags, lowercase hex; a higher version may
+# append fields after the 55 characters we understand.
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+# No label means the most restrictive surface (a route someone forgot to label).
+_SURFACES: Mapping[str | None, Surface] = {
+    None: "a2a",
+    "": "a2a",
+    "a2a": "a2a",
+    "approvals": "approvals",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CheckView:
+    """What the decision needs from a check: headers (lowercase names) and the route's surface."""
+
+    headers: Mapping[str, str]
+    surface: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Allow:
+    principal: Principal
+    surface: Surface
+    request_id: str
+    assertion: str
+    trace_link: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    denial: Denial
+    request_id: str | None = None
+    principal: Principal | None = None
+
+
+class Decider:
+    """Holds the long-lived parts (key store via the verifier, limiter, keys to sign with)."""
+
+    def __init__(
+        self,
+        rules: TokenRules,
+        roles: RoleRules,
+        verifier: TokenVerifier,
+        limiter: Limiter,
+        assertion_keys: assertion.AssertionKeys,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._audiences: Mapping[Surface, str] = {
+            "a2a": rules.audience,
+            "approvals": rules.console_audience,
+        }
+        self._roles = roles
+        self._verifier = verifier
+        self._limiter = limiter
+        self._assertion_keys = assertion_keys
+        self._clock = clock
+
+    async def decide(self, view: CheckView) -> Allow | Deny:
+        rid: str | None = None
+        who: Principal | None = None
+        try:
+            surface = _SURFACES.get(view.surface)
+            if surface is None:
+                raise Forbidden("this route names an unknown surface")
+            headers = view.headers
+            rid = credentials.request_id(headers)
+            credentials.check_reserved(headers)
+            token = credentials.bearer_token(headers)
+            now = self._clock()
+            verified = await self._verifier.verify(token, self._audiences[surface], now)
+            who = verified.principals.get(surface)
+            if who is None:
+                who = principal.derive(verified.claims, surface, self._roles)
+                verified.principals[surface] = who
+            signed = assertion.sign(
+                self._assertion_keys,
+                who,
+                surface=surface,
+                request_id=rid,
+                token_expires_at=verified.expires_at,
+                now=int(now),
+            )
+            if len(signed) > assertion.MAX_ASSERTION_BYTES:
+                raise Forbidden("the caller's identity is too large to assert")
+            await self._limiter.check(limit_key(surface, who.subject))
+        except Denial as denial:
+            return Deny(denial, rid, who)
+        return Allow(who, surface, rid, signed, trace_link(headers.get("traceparent")))
+
+
+@functools.lru_cache(maxsize=4096)
+def limit_key(surface: Surface, subject: str) -> str:
+    """Budgets are per subject and per surface (CONTRACTS): `a2a:<sub>`, `approvals:<sub>`."""
+    return f"{surface}:{quote(subject, safe='')}"
+
+
+def trace_link(traceparent: str | None) -> str | None:
+    """The inbound trace as a link target: a valid W3C traceparent (first 55 chars), else None."""
+    if traceparent is None:
+        return None
+    match = _TRACEPARENT.fullmatch(traceparent)
+    if match is None:
+        return None
+    version, trace_id, parent_id, _flags, rest = match.groups()
+    if (
+        version == "ff"
+        or (version == "00" and rest)
+        or trace_id == "0" * 32
+        or parent_id == "0" * 16
+    ):
+        return None
+    return traceparent[:55]

@@ -1,0 +1,58 @@
+"""JOSE building blocks shared by the token verifier, the JWKS parser and the assertion codec.
+
+Two rules live here so they are the same everywhere a JSON object crosses our trust boundary:
+base64url is the unpadded RFC 7515 alphabet, and JSON is strict — a member name that occurs twice
+is refused (two parsers that keep different duplicates disagree on what was signed), as are the
+non-standard constants `NaN` and `Infinity` that Python's `json` accepts by default.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+
+def b64url_encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str) -> bytes:
+    """Decode unpadded base64url; raises `ValueError` (incl. `binascii.Error`) when malformed."""
+    if len(text) % 4 == 1:
+        raise ValueError("impossible base64url length")
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in obj:
+            raise ValueError("duplicate member")
+        obj[name] = value
+    return obj
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def strict_json(data: bytes | str) -> Any:
+    """Parse RFC 8259 JSON (UTF-8 only), refusing duplicate member names and NaN/Infinity.
+
+    Raises `ValueError` (which covers bad UTF-8 and bad JSON) when the input is not acceptable.
+    """
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    except RecursionError:  # "[[[[…" from an unauthenticated header must not become a crash
+        raise ValueError("JSON nested too deeply") from None
+
+
+def json_object_segment(segment: str) -> dict[str, Any] | None:
+    """Decode one base64url segment holding a strict JSON object, or return None if it is not."""
+    try:
+        value = strict_json(b64url_decode(segment))
+    except ValueError:  # bad base64 (binascii.Error), bad UTF-8, bad JSON, a duplicate member
+        return None
+    return value if isinstance(value, dict) else None

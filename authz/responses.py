@@ -1,0 +1,128 @@
+"""What Envoy receives: CheckResponse messages for an allow or a denial (upb protobuf classes).
+
+Allow (`OkHttpResponse`): set `x-orrery-principal` (and `x-orrery-trace-link` when the client
+sent a valid `traceparent`) with overwrite semantics spelled out twice — `append=false` *and*
+`append_action=OVERWRITE_IF_EXISTS_OR_ADD` — because Envoy versions have disagreed about what an
+unset `append` means (envoy#43310: 1.37 briefly appended, letting a client copy through). Remove
+`authorization` (the adapter never sees credentials) and `traceparent`/`tracestate` (an inbound
+trace becomes a span link, not a parent).
+
+Denial (`DeniedHttpResponse`): the status, `content-type: application/json`, `cache-control:
+no-store`, RFC 6750 `WWW-Authenticate` on 401 (and on 403 `insufficient_scope`), `Retry-After`
+plus the IETF `RateLimit-Policy`/`RateLimit` fields on 429, and the body
+`{"error": reason, "error_description": description}`. A denial is a normal response with a
+non-OK `status`; only a bug becomes a gRPC error (Envoy then fails closed with 503).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from envoy.config.core.v3.base_pb2 import HeaderValue, HeaderValueOption
+from envoy.service.auth.v3.external_auth_pb2 import (
+    CheckResponse,
+    DeniedHttpResponse,
+    OkHttpResponse,
+)
+from envoy.type.v3.http_status_pb2 import HttpStatus
+from google.rpc import code_pb2
+from google.rpc.status_pb2 import Status
+
+from authz.assertion import HEADER as PRINCIPAL_HEADER
+from authz.errors import Denial, InsufficientScope, MissingCredential, RateLimited, Unauthenticated
+
+TRACE_LINK_HEADER = "x-orrery-trace-link"
+REMOVED_HEADERS = ("authorization", "traceparent", "tracestate")
+REALM = "orrery-a2a"
+
+_OVERWRITE = HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+_NO_APPEND = {"value": False}  # google.protobuf.BoolValue, present and false
+# The gRPC code is informational for Envoy (any non-OK with a denied_response is a denial, the
+# HTTP status comes from the denied_response); it shows up in Envoy's access logs.
+_GRPC_CODES = {
+    400: code_pb2.INVALID_ARGUMENT,
+    401: code_pb2.UNAUTHENTICATED,
+    429: code_pb2.RESOURCE_EXHAUSTED,
+    503: code_pb2.UNAVAILABLE,
+}
+
+
+def _header(key: str, value: str) -> HeaderValueOption:
+    return HeaderValueOption(
+        header=HeaderValue(key=key, value=value), append=_NO_APPEND, append_action=_OVERWRITE
+    )
+
+
+def _allow_template(*header_names: str) -> CheckResponse:
+    return CheckResponse(
+        status=Status(code=code_pb2.OK),
+        ok_response=OkHttpResponse(
+            headers=[_header(name, "") for name in header_names],
+            headers_to_remove=REMOVED_HEADERS,
+        ),
+    )
+
+
+# Built once; `allowed` copies one and fills in the values (about 7x cheaper than building the
+# nested messages from keyword arguments on every Check).
+_ALLOW = _allow_template(PRINCIPAL_HEADER)
+_ALLOW_WITH_LINK = _allow_template(PRINCIPAL_HEADER, TRACE_LINK_HEADER)
+
+
+def allowed(assertion: str, trace_link: str | None) -> CheckResponse:
+    response = CheckResponse()
+    response.CopyFrom(_ALLOW if trace_link is None else _ALLOW_WITH_LINK)
+    headers = response.ok_response.headers
+    headers[0].header.value = assertion
+    if trace_link is not None:
+        headers[1].header.value = trace_link
+    return response
+
+
+def denied(denial: Denial) -> CheckResponse:
+    return _denied(denial.status, denial.reason, denial.description, tuple(denial_headers(denial)))
+
+
+@functools.lru_cache(maxsize=256)
+def _denied(
+    status: int, reason: str, description: str, extra: tuple[tuple[str, str], ...]
+) -> CheckResponse:
+    """A denial is fully determined by these values (descriptions are our literals), so the
+    message is built once per distinct denial; it is shared and never modified afterwards —
+    gRPC only serializes it."""
+    headers = [
+        _header("content-type", "application/json"),
+        _header("cache-control", "no-store"),
+        *(_header(name, value) for name, value in extra),
+    ]
+    return CheckResponse(
+        status=Status(code=_GRPC_CODES.get(status, code_pb2.PERMISSION_DENIED)),
+        denied_response=DeniedHttpResponse(
+            status=HttpStatus(code=status),
+            headers=headers,
+            body=json.dumps({"error": reason, "error_description": description}),
+        ),
+    )
+
+
+def denial_headers(denial: Denial) -> list[tuple[str, str]]:
+    """The headers a denial adds beyond content-type (shared with any future HTTP transport)."""
+    if isinstance(denial, MissingCredential):
+        return [("www-authenticate", f'Bearer realm="{REALM}"')]
+    if isinstance(denial, Unauthenticated):
+        return [("www-authenticate", _challenge("invalid_token", denial.description))]
+    if isinstance(denial, InsufficientScope):
+        return [("www-authenticate", _challenge("insufficient_scope", denial.description))]
+    if isinstance(denial, RateLimited):
+        return [
+            ("retry-after", str(denial.retry_after)),
+            ("ratelimit-policy", denial.policy),
+            ("ratelimit", f'"subject";r={denial.remaining};t={denial.retry_after}'),
+        ]
+    return []
+
+
+def _challenge(error: str, description: str) -> str:
+    # Descriptions are our own literals (see authz.errors); quotes and backslashes cannot occur.
+    return f'Bearer realm="{REALM}", error="{error}", error_description="{description}"'

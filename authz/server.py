@@ -1,0 +1,188 @@
+"""Assembling and running one authz process: gRPC Check + health, metrics, graceful stop.
+
+`serve()` wires the request path (key store → verifier → decider → service) to a grpc.aio
+server, keeps the gRPC health status (`grpc.health.v1`, service "" and
+`envoy.service.auth.v3.Authorization`) equal to "usable keys are loaded", and on stop: reports
+NOT_SERVING, lets in-flight Checks finish (`SHUTDOWN_GRACE`), then closes the background tasks.
+
+`--workers N` (see `__main__`) runs N of these in separate processes on one port with
+SO_REUSEPORT; a single process refuses to share its port, so two instances started by mistake
+on one address fail loudly instead of splitting traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import grpc
+from envoy.service.auth.v3 import external_auth_pb2_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from authz import logs
+from authz.decision import Decider
+from authz.jwks import KeyStore, source_for
+from authz.limits import Limiter
+from authz.metrics import Metrics
+from authz.service import AuthorizationService
+from authz.settings import AuthzSettings
+from authz.tokens import TokenVerifier
+
+AUTHZ_SERVICE = "envoy.service.auth.v3.Authorization"
+SHUTDOWN_GRACE_SECONDS = 5.0
+MAX_MESSAGE_BYTES = 1024 * 1024
+
+# Start and stop events are what supervisors and tests wait for: always logged, whatever
+# ORRERY_A2A_LOG_LEVEL says (it governs the per-decision and JWKS/limiter events).
+process_logger = logging.getLogger("authz.process")
+
+
+def configure_logging(level: str) -> None:
+    logs.configure(level)
+    process_logger.setLevel(logging.INFO)
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """Where this process actually listens (the ports the OS chose for port 0)."""
+
+    grpc: str
+    metrics: str | None
+    keys_usable: bool
+
+
+def format_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def grpc_options(*, reuse_port: bool) -> list[tuple[str, int]]:
+    return [
+        ("grpc.so_reuseport", 1 if reuse_port else 0),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        # Envoy keeps its gRPC connections for a long time; ageing them out lets new workers and
+        # replicas get a share of the traffic after scaling.
+        ("grpc.max_connection_age_ms", 10 * 60 * 1000),
+        ("grpc.max_connection_age_grace_ms", 30 * 1000),
+    ]
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        """Scrapes are not worth a log line each."""
+
+
+class MetricsServer(ThreadingMixIn, WSGIServer):
+    """Prometheus text exposition on its own threads, off the event loop."""
+
+    daemon_threads = True
+
+    @staticmethod
+    def start(addr: tuple[str, int], registry: CollectorRegistry) -> MetricsServer:
+        host, port = addr
+        kind = _MetricsServer6 if ":" in host else MetricsServer
+        server = make_server(host, port, make_wsgi_app(registry), kind, handler_class=_QuietHandler)
+        threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
+        return server
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _MetricsServer6(MetricsServer):
+    address_family = socket.AF_INET6
+
+
+def stop_on_signals(stop: asyncio.Event) -> None:
+    """SIGTERM (orchestrators) and SIGINT (Ctrl-C) both mean: stop gracefully."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def run(
+    settings: AuthzSettings,
+    on_ready: Callable[[Bound], None],
+    *,
+    reuse_port: bool = False,
+    serve_metrics: bool = True,
+) -> None:
+    """`serve` until SIGTERM or SIGINT: the body of `python -m authz` and of each worker."""
+    stop = asyncio.Event()
+    stop_on_signals(stop)
+    await serve(settings, stop, on_ready, reuse_port=reuse_port, serve_metrics=serve_metrics)
+
+
+async def serve(
+    settings: AuthzSettings,
+    stop: asyncio.Event,
+    on_ready: Callable[[Bound], None],
+    *,
+    reuse_port: bool = False,
+    serve_metrics: bool = True,
+) -> None:
+    """Run until `stop` is set; raise `OSError` when the gRPC address cannot be bound."""
+    metrics = Metrics()
+    health_servicer = health.aio.HealthServicer()
+
+    async def on_usable(usable: bool) -> None:
+        serving = health_pb2.HealthCheckResponse
+        status = serving.SERVING if usable else serving.NOT_SERVING
+        metrics.jwks_usable.set(1 if usable else 0)
+        for name in ("", AUTHZ_SERVICE):
+            await health_servicer.set(name, status)
+
+    await on_usable(False)
+    keys = KeyStore(
+        settings.jwks,
+        source_for(settings.jwks),
+        on_refresh=metrics.jwks_loaded,
+        on_usable=on_usable,
+    )
+    limiter = Limiter(
+        settings.limits, on_evict=metrics.ratelimit_evictions.inc, on_redis=metrics.redis_state
+    )
+    verifier = TokenVerifier(
+        settings.tokens, keys, cache_size=settings.token_cache_size, on_cache=metrics.cache_lookup
+    )
+    decider = Decider(settings.tokens, settings.roles, verifier, limiter, settings.assertion_keys)
+
+    server = grpc.aio.server(options=grpc_options(reuse_port=reuse_port))
+    external_auth_pb2_grpc.add_AuthorizationServicer_to_server(
+        AuthorizationService(decider, metrics), server
+    )
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    host, port = settings.addr
+    try:
+        port = server.add_insecure_port(format_address(host, port))
+    except RuntimeError as exc:  # grpc reports a failed bind this way
+        raise OSError(f"cannot listen on {format_address(*settings.addr)}") from exc
+    metrics_server = None
+    try:
+        await server.start()
+        await keys.start()
+        metrics_addr = None
+        if serve_metrics:
+            metrics_server = MetricsServer.start(settings.metrics_addr, metrics.registry)
+            metrics_addr = format_address(settings.metrics_addr[0], metrics_server.server_port)
+        on_ready(Bound(format_address(host, port), metrics_addr, keys.usable()))
+        await stop.wait()
+        await health_servicer.enter_graceful_shutdown()
+        await server.stop(SHUTDOWN_GRACE_SECONDS)
+    finally:
+        await server.stop(None)
+        await keys.close()
+        await limiter.close()
+        if metrics_server is not None:
+            await asyncio.to_thread(metrics_server.stop)

@@ -1,0 +1,245 @@
+"""Everything authz reads from the environment, validated once, frozen, passed explicitly.
+
+`AuthzSettings.from_env(env)` is the only place that looks at environment variables. Each part of
+the request path gets the narrow slice it needs (`TokenRules`, `JwksSettings`, `RoleRules`,
+`RateLimitSettings`), so a reviewer can see what a module can depend on from its signature.
+Every bad variable is reported in one `ConfigError` (see `authz.env`); secret values are never
+echoed in it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from authz.assertion import AssertionKeys
+from authz.env import EnvReader, is_loopback_url
+from authz.principal import AUTONOMY_LEVELS, Autonomy, RoleRules
+
+# Asymmetric JWS algorithms we can verify (RFC 7518 §3, RFC 8037). HMAC and `none` are absent on
+# purpose: a shared secret would let anyone who can verify tokens also mint them.
+SUPPORTED_ALGORITHMS: frozenset[str] = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+)
+DEFAULT_ALGORITHMS = "RS256,PS256,ES256,EdDSA"
+# Pinned by DESIGN "Token rules": clock leeway for exp/nbf/iat.
+LEEWAY_SECONDS = 60
+
+_PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+_RATE = re.compile(r"(\d+)\s*/\s*(second|minute|hour|day)s?")
+_ROLE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+_LEVELS: dict[str, Autonomy] = {level: level for level in AUTONOMY_LEVELS}
+
+FailureMode = Literal["local", "deny"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRules:
+    """What a bearer token must satisfy besides its signature."""
+
+    issuer: str
+    audience: str
+    console_audience: str
+    algorithms: frozenset[str]
+    max_lifetime: int
+    leeway: int = LEEWAY_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class JwksSettings:
+    """Where verification keys come from and how long stale keys may be trusted."""
+
+    url: str | None
+    file: Path | None
+    refresh: float
+    cooldown: float
+    stale: float
+    timeout: float
+
+    @property
+    def retry(self) -> float:
+        """After a failed load, try again sooner than the regular refresh."""
+        return min(self.refresh, 10.0)
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitSettings:
+    """Per-subject rate: `rate` requests per `period` seconds, up to `burst` at once."""
+
+    rate: int
+    period: int
+    burst: int
+    max_subjects: int
+    redis_url: str | None
+    redis_timeout: float
+    redis_retry: float
+    failure_mode: FailureMode
+
+    @property
+    def policy(self) -> str:
+        """The IETF `RateLimit-Policy` value (draft-ietf-httpapi-ratelimit-headers)."""
+        return f'"subject";q={self.rate};w={self.period}'
+
+
+@dataclass(frozen=True, slots=True)
+class AuthzSettings:
+    """The whole configuration of one authz process."""
+
+    addr: tuple[str, int]
+    metrics_addr: tuple[str, int]
+    tokens: TokenRules
+    jwks: JwksSettings
+    roles: RoleRules
+    assertion_keys: AssertionKeys
+    token_cache_size: int
+    limits: RateLimitSettings
+    log_level: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> AuthzSettings:
+        """Build and validate; raise one `ConfigError` naming every bad variable."""
+        read = EnvReader(env)
+        settings = cls(
+            addr=read.address("ORRERY_A2A_AUTHZ_ADDR", "127.0.0.1:9191"),
+            metrics_addr=read.address("ORRERY_A2A_AUTHZ_METRICS_ADDR", "127.0.0.1:9192"),
+            tokens=_token_rules(read),
+            jwks=_jwks_settings(read),
+            roles=RoleRules(
+                claim=read.string("ORRERY_A2A_ROLE_CLAIM", "roles"),
+                autonomy=read.parsed(
+                    "ORRERY_A2A_ROLE_AUTONOMY",
+                    "viewer=L1,operator=L2,admin=L3",
+                    parse_role_autonomy,
+                    (),
+                ),
+            ),
+            assertion_keys=_assertion_keys(read),
+            token_cache_size=read.integer("ORRERY_A2A_TOKEN_CACHE_SIZE", 10_000, maximum=1_000_000),
+            limits=_rate_limit_settings(read),
+            log_level=read.parsed("ORRERY_A2A_LOG_LEVEL", "INFO", _log_level, "INFO"),
+        )
+        read.finish()
+        return settings
+
+
+def _token_rules(read: EnvReader) -> TokenRules:
+    issuer = read.string("ORRERY_A2A_JWT_ISSUER", required=True)
+    audience = read.string("ORRERY_A2A_JWT_AUDIENCE", required=True)
+    console = read.string("ORRERY_CONSOLE_JWT_AUDIENCE", required=True)
+    if audience and audience == console:
+        # One audience for both surfaces would let a machine token act as a human on approvals.
+        read.problem("ORRERY_CONSOLE_JWT_AUDIENCE", "must differ from ORRERY_A2A_JWT_AUDIENCE")
+    lifetime = read.seconds("ORRERY_A2A_JWT_MAX_LIFETIME", "24h", minimum=1)
+    return TokenRules(
+        issuer=issuer,
+        audience=audience,
+        console_audience=console,
+        algorithms=read.parsed(
+            "ORRERY_A2A_JWT_ALGORITHMS", DEFAULT_ALGORITHMS, parse_algorithms, frozenset()
+        ),
+        max_lifetime=int(lifetime),
+    )
+
+
+def _jwks_settings(read: EnvReader) -> JwksSettings:
+    url = read.raw("ORRERY_A2A_JWKS_URL") or None
+    file = read.raw("ORRERY_A2A_JWKS_FILE") or None
+    if bool(url) == bool(file):
+        read.problem(
+            "ORRERY_A2A_JWKS_URL",
+            "set exactly one of ORRERY_A2A_JWKS_URL and ORRERY_A2A_JWKS_FILE",
+        )
+    if url is not None:
+        parts = urlsplit(url)
+        if parts.scheme != "https" and not (parts.scheme == "http" and is_loopback_url(url)):
+            read.problem("ORRERY_A2A_JWKS_URL", "must be https (plain http only for loopback)")
+        elif not parts.hostname or parts.username or parts.password:
+            read.problem("ORRERY_A2A_JWKS_URL", "must be an absolute URL without credentials")
+    return JwksSettings(
+        url=url,
+        file=Path(file) if file else None,
+        refresh=read.seconds("ORRERY_A2A_JWKS_REFRESH", "5m" if url else "1s", minimum=0.05),
+        # At least 1 s: without a cooldown, a stream of unknown kids is a stream of fetches.
+        cooldown=read.seconds("ORRERY_A2A_JWKS_COOLDOWN", "30s", minimum=1),
+        stale=read.seconds("ORRERY_A2A_JWKS_STALE", "1h", minimum=0.1),
+        timeout=read.seconds("ORRERY_A2A_JWKS_TIMEOUT", "2s", minimum=0.05),
+    )
+
+
+def _assertion_keys(read: EnvReader) -> AssertionKeys:
+    name = "ORRERY_A2A_ASSERTION_KEYS"
+    if not read.raw(name):
+        read.problem(name, "is required")
+        return AssertionKeys(())
+    return read.parsed(name, "", AssertionKeys.parse, AssertionKeys(()))
+
+
+def _rate_limit_settings(read: EnvReader) -> RateLimitSettings:
+    rate, period = read.parsed("ORRERY_A2A_RATE_LIMIT", "60/minute", parse_rate, (60, 60))
+    mode = read.string("ORRERY_A2A_REDIS_FAILURE_MODE", "local")
+    if mode not in ("local", "deny"):
+        read.problem("ORRERY_A2A_REDIS_FAILURE_MODE", f"expected local or deny, got {mode!r}")
+        mode = "local"
+    redis_url = read.raw("ORRERY_A2A_REDIS_URL") or None
+    if redis_url is not None and urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
+        # The URL may hold a password: name the problem, never the value.
+        read.problem("ORRERY_A2A_REDIS_URL", "expected a redis://, rediss:// or unix:// URL")
+    return RateLimitSettings(
+        rate=rate,
+        period=period,
+        burst=read.integer("ORRERY_A2A_RATE_BURST", rate, minimum=1, maximum=1_000_000_000),
+        max_subjects=read.integer(
+            "ORRERY_A2A_RATE_LIMIT_SUBJECTS", 100_000, minimum=1, maximum=10_000_000
+        ),
+        redis_url=redis_url,
+        redis_timeout=read.seconds("ORRERY_A2A_REDIS_TIMEOUT", "100ms", minimum=0.001),
+        redis_retry=read.seconds("ORRERY_A2A_REDIS_RETRY", "5s", minimum=0.01),
+        failure_mode="deny" if mode == "deny" else "local",
+    )
+
+
+def parse_algorithms(text: str) -> frozenset[str]:
+    """`RS256,ES256,…`: only asymmetric algorithms we can verify; names are case-sensitive."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    bad = sorted(set(names) - SUPPORTED_ALGORITHMS)
+    if bad:
+        raise ValueError(
+            f"unsupported algorithm(s) {', '.join(bad)} "
+            f"(asymmetric only: {', '.join(sorted(SUPPORTED_ALGORITHMS))})"
+        )
+    if not names:
+        raise ValueError("no algorithms listed")
+    return frozenset(names)
+
+
+def parse_rate(text: str) -> tuple[int, int]:
+    """`60/minute` → (60, 60): a count per second, minute, hour or day."""
+    match = _RATE.fullmatch(text.strip().lower())
+    if not match or int(match[1]) < 1:
+        raise ValueError(f"expected a rate like 60/minute got {text!r}")
+    return int(match[1]), _PERIODS[match[2]]
+
+
+def parse_role_autonomy(text: str) -> tuple[tuple[str, Autonomy], ...]:
+    """`viewer=L1,operator=L2,admin=L3` → ordered (role, level) pairs."""
+    pairs: list[tuple[str, Autonomy]] = []
+    for entry in (item.strip() for item in text.split(",")):
+        role, sep, level = (part.strip() for part in entry.partition("="))
+        autonomy = _LEVELS.get(level)
+        if not sep or not _ROLE.fullmatch(role) or autonomy is None:
+            raise ValueError(f"expected role=L1|L2|L3[,…], got {entry!r}")
+        if any(role == seen for seen, _ in pairs):
+            raise ValueError(f"role {role!r} is listed twice")
+        pairs.append((role, autonomy))
+    return tuple(pairs)
+
+
+def _log_level(text: str) -> str:
+    level = text.upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ValueError(f"expected DEBUG, INFO, WARNING or ERROR, got {text!r}")
+    return level
