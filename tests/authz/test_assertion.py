@@ -336,3 +336,16 @@ def test_non_integer_time_cannot_be_signed() -> None:
     """Times are formatted as integers; a float is a programming error, not a claim."""
     with pytest.raises(ValueError):
         sign(KEYS, DELEGATED, surface="a2a", request_id="r", token_expires_at=1, now=1.5)  # type: ignore[arg-type]
+
+
+def test_non_ascii_kid_is_refused_cleanly() -> None:
+    """A crafted non-ASCII kid is an unknown key (a 401), never a TypeError (a 500)."""
+    token = forge(claims_of(mint()), header={"alg": "HS256", "kid": "k\u00e9"})
+    with pytest.raises(InvalidAssertion, match="unknown key"):
+        verify(KEYS, token, request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_non_ascii_request_id_is_refused_cleanly() -> None:
+    """A non-ASCII x-request-id that differs from rid is another request, not a crash."""
+    with pytest.raises(InvalidAssertion, match="another request"):
+        verify(KEYS, mint(), request_id="r\u00e9q-1", surface="a2a", now=NOW)
