@@ -111,7 +111,9 @@ class MemoryConfirmationStore:
 
     async def get(self, action_id: str, *, subject: str) -> Confirmation | None:
         entry = self._entries.get(action_id)
-        if entry is None or not secrets.compare_digest(entry.subject, subject):
+        # Plain comparisons: subjects and owners are not secrets (the action id is), and a
+        # subject may be any Unicode string, which compare_digest refuses with a TypeError.
+        if entry is None or entry.subject != subject:
             return None
         if entry.status == "pending" and self._clock() >= entry.expires_at:
             entry = self._set(entry, "expired")
@@ -136,7 +138,7 @@ class MemoryConfirmationStore:
 
     async def consume(self, action_id: str, *, owner: str) -> GateOutcome:
         entry = self._entries.get(action_id)
-        if entry is None or not secrets.compare_digest(entry.owner, owner):
+        if entry is None or entry.owner != owner:
             return "not_found"
         if entry.status in ("pending", "approved") and self._clock() >= entry.expires_at:
             self._set(entry, "expired")

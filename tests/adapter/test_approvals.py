@@ -115,6 +115,15 @@ async def test_another_human_cannot_decide(server: Server) -> None:
     assert (await resume(server, task)).status.state == pb.TASK_STATE_INPUT_REQUIRED
 
 
+async def test_non_ascii_subject_decides_their_own_action(server: Server) -> None:
+    """A delegating human whose subject is not ASCII approves like anyone else (no 500)."""
+    agent = delegated("deploy-bot", "j\u00f6ran")
+    task, data = await propose(server, agent)
+    response = await decide(server, data["action_id"], principal=human("j\u00f6ran"))
+    assert response.status_code == 200
+    assert (await resume(server, task, agent=agent)).status.state == pb.TASK_STATE_COMPLETED
+
+
 async def test_unknown_action_is_404(server: Server) -> None:
     """An unknown or malformed action id is 404."""
     for action_id in ["A" * 24, "bad..id"]:
