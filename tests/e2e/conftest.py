@@ -278,37 +278,40 @@ async def raw_request(
     body: bytes = b"",
     host: str = "127.0.0.1",
 ) -> RawResponse:
-    """One HTTP/1.1 request written byte for byte (no client-side path normalisation)."""
+    """One HTTP/1.1 request written byte for byte (no client-side path normalisation).
+
+    The response is read by its framing (Content-Length or chunked), not to EOF: Envoy holds a
+    connection it closes for up to its delayed-close timeout (1 s), which is not ours to wait out.
+    """
     reader, writer = await asyncio.open_connection(host, port)
-    lines = [f"{method} {path} HTTP/1.1", "Host: edge.test", "Connection: close"]
-    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
-    lines.append(f"Content-Length: {len(body)}")
-    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
-    await writer.drain()
-    data = await reader.read()
-    writer.close()
-    with contextlib.suppress(ConnectionError):
-        await writer.wait_closed()
-    head, _, payload = data.partition(b"\r\n\r\n")
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    parsed = {}
-    for line in header_lines:
-        name, _, value = line.partition(":")
-        parsed[name.strip().lower()] = value.strip()
-    if parsed.get("transfer-encoding") == "chunked":
-        payload = _unchunk(payload)
+    try:
+        lines = [f"{method} {path} HTTP/1.1", "Host: edge.test", "Connection: close"]
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+        lines.append(f"Content-Length: {len(body)}")
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        status_line, *header_lines = head.decode("latin-1").rstrip("\r\n").split("\r\n")
+        parsed = {}
+        for line in header_lines:
+            name, _, value = line.partition(":")
+            parsed[name.strip().lower()] = value.strip()
+        if parsed.get("transfer-encoding") == "chunked":
+            payload = await _read_chunked(reader)
+        else:
+            payload = await reader.readexactly(int(parsed.get("content-length", "0")))
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
     return RawResponse(int(status_line.split()[1]), parsed, payload)
 
 
-def _unchunk(data: bytes) -> bytes:
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
     out = b""
-    while data:
-        size_line, _, rest = data.partition(b"\r\n")
-        size = int(size_line.split(b";")[0], 16)
-        if size == 0:
-            break
-        out += rest[:size]
-        data = rest[size + 2 :]
+    while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+        out += await reader.readexactly(size)
+        await reader.readexactly(2)  # the CRLF after each chunk
     return out
 
 
