@@ -71,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     for variable, (flag, default) in ADDRESSES.items():
         up.add_argument(flag, dest=variable, metavar="HOST:PORT", help=f"{variable} ({default})")
     up.add_argument(
+        "--replicas",
+        dest="ORRERY_A2A_REPLICAS",
+        metavar="N",
+        help="authz and adapter processes behind Envoy (ORRERY_A2A_REPLICAS; 1); more than one"
+        " needs DATABASE_URL and ORRERY_A2A_REDIS_URL",
+    )
+    up.add_argument(
         "--envoy-config",
         dest="ORRERY_A2A_ENVOY_CONFIG",
         metavar="PATH",

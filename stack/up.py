@@ -147,6 +147,12 @@ class LocalStack:
             ready_timeout=self.settings.ready_timeout,
         )
 
+    def _replica_names(self, component: str) -> list[str]:
+        """`authz`, or `authz-1` … `authz-N` with several replicas."""
+        if self.settings.replicas == 1:
+            return [component]
+        return [f"{component}-{number}" for number in range(1, self.settings.replicas + 1)]
+
     def _ready(self, running: Running, where: str) -> None:
         self.say(f"  {running.name:<8} ready   {where}  (pid {running.pid})")
 
@@ -177,21 +183,29 @@ class LocalStack:
         url = f"http://{client_host(listen)}"
         wiring = Wiring(issuer_url, secrets.assertion_keys, public_url=f"{url}/a2a")
 
-        authz = await self.supervisor.start(
-            self._component("authz", [python, "-m", "authz"], authz_env(settings, wiring))
-        )
-        self._ready(authz, f"{authz.details.get('grpc')}, metrics {authz.details.get('metrics')}")
-        adapter = await self.supervisor.start(
-            self._component("adapter", [python, "-m", "adapter"], adapter_env(settings, wiring))
-        )
-        self._ready(adapter, str(adapter.details.get("addr")))
+        authz_addresses = []
+        for name in self._replica_names("authz"):
+            authz = await self.supervisor.start(
+                self._component(name, [python, "-m", "authz"], authz_env(settings, wiring))
+            )
+            self._ready(
+                authz, f"{authz.details.get('grpc')}, metrics {authz.details.get('metrics')}"
+            )
+            authz_addresses.append(parse_address(str(authz.details["grpc"])))
+        adapter_addresses = []
+        for name in self._replica_names("adapter"):
+            adapter = await self.supervisor.start(
+                self._component(name, [python, "-m", "adapter"], adapter_env(settings, wiring))
+            )
+            self._ready(adapter, str(adapter.details.get("addr")))
+            adapter_addresses.append(parse_address(str(adapter.details["addr"])))
 
         config = envoy_config.render(
             envoy_config.load(settings.envoy_config),
             listen=listen,
             admin=settings.admin,
-            authz=parse_address(str(authz.details["grpc"])),
-            adapter=parse_address(str(adapter.details["addr"])),
+            authz=authz_addresses,
+            adapter=adapter_addresses,
         )
         config_path = self.state_dir / ENVOY_CONFIG_FILE
         envoy_config.write(config, config_path)
