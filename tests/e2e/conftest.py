@@ -1,8 +1,9 @@
 """Real Envoy on ephemeral ports: the whole edge, or Envoy alone with upstreams the test controls.
 
-`edge` / `slow_edge` are the whole edge as real processes (`tests/e2e/edge.py`), one per session:
-`edge` exactly as `orrery-a2a up` runs it; `slow_edge` with a gateway whose turns a test holds open
-(`held_gateway.py`), Envoy's stream timeouts cut to 1 s and keep-alives every 200 ms.
+`edge` / `slow_edge` / `replicated_edge` are the whole edge as real processes
+(`tests/e2e/edge.py`), one per session: `edge` exactly as `orrery-a2a up` runs it; `slow_edge` with
+a gateway whose turns a test holds open (`held_gateway.py`), Envoy's stream timeouts cut to 1 s and
+keep-alives every 200 ms; `replicated_edge` as `orrery-a2a up --replicas 2` on PostgreSQL and Redis.
 
 For Envoy's own config behaviour:
 
@@ -25,6 +26,7 @@ import os
 import signal
 import socket
 import subprocess
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,7 @@ from google.protobuf import wrappers_pb2
 from google.rpc import status_pb2
 
 from stack import envoy_config
+from tests.conftest import DATABASE_URL, REDIS_URL, require_service
 from tests.e2e.edge import Edge, envoy_yaml_with_timeouts, running_edge
 from tests.e2e.held_gateway import RELEASE_DIR
 
@@ -354,3 +357,33 @@ def slow_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlowEdge]:
     }
     with running_edge(root, env, config) as started:
         yield SlowEdge(started, release_dir)
+
+
+async def _drop_schema(database_url: str, schema: str) -> None:
+    import asyncpg
+
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    finally:
+        await connection.close()
+
+
+@pytest.fixture(scope="session")
+def replicated_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    """Two authz and two adapters behind one Envoy (`--replicas 2`): tasks and approvals in
+    PostgreSQL (a schema of its own), rate limits and in-flight counts in Redis."""
+    database_url = require_service("PostgreSQL", DATABASE_URL, 5432)
+    redis_url = require_service("Redis", REDIS_URL, 6379)
+    schema = "e2e_" + uuid.uuid4().hex[:12]
+    env = {
+        "ORRERY_A2A_REPLICAS": "2",
+        "DATABASE_URL": database_url,
+        "ORRERY_A2A_REDIS_URL": redis_url,
+        "ORRERY_A2A_DB_SCHEMA": schema,
+    }
+    try:
+        with running_edge(tmp_path_factory.mktemp("replicated-edge"), env) as started:
+            yield started
+    finally:
+        asyncio.run(_drop_schema(database_url, schema))

@@ -93,9 +93,12 @@ class Edge:
         settings_env["ORRERY_A2A_READY_TIMEOUT"] = "120s"  # a busy shared machine
         if envoy_yaml is not None:
             settings_env["ORRERY_A2A_ENVOY_CONFIG"] = str(envoy_yaml)
+        # As `orrery-a2a up` does: the stack's settings and the children's environment are the
+        # same mapping (so e.g. ORRERY_A2A_REPLICAS in `env` applies), the ports always ephemeral.
         inherited = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        settings = StackSettings.from_env({**inherited, **settings_env})
         self.output = io.StringIO()
-        self.stack = LocalStack(StackSettings.from_env(settings_env), inherited, self.output)
+        self.stack = LocalStack(settings, inherited, self.output)
         self.secrets: RunSecrets = generate_secrets(state_dir)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
