@@ -55,9 +55,9 @@ from stack import envoy_config
 from stack.keys import load_signing_key, public_jwk
 from stack.runtime import StackState
 from stack.settings import ADDRESSES, StackSettings
-from stack.supervisor import Component, Supervisor
+from stack.supervisor import Supervisor
 from stack.tokens import TokenRequest, mint_for_stack
-from stack.up import LocalStack, envoy_probe, free_port, generate_secrets
+from stack.up import LocalStack, envoy_component, free_port, generate_secrets
 from stack.wiring import DEV_AUDIENCE
 
 WARM_UP_SECONDS = 2
@@ -192,20 +192,9 @@ async def start_jwt_envoy(
     jwks = {"keys": [public_jwk(load_signing_key(Path(state.key_file)))]}
     config_path = work / "envoy-jwt-authn.yaml"
     envoy_config.write(jwt_authn_config(rendered, state, jwks, assertion), config_path)
-    admin_file = work / "envoy-jwt-admin.txt"
-    admin_file.unlink(missing_ok=True)
     supervisor = Supervisor(work / "logs-jwt")
     await supervisor.start(
-        Component(
-            "envoy-jwt",
-            envoy_config.envoy_command(
-                envoy_config.envoy_binary(dict(os.environ)),
-                config_path,
-                admin_address_path=admin_file,
-            ),
-            dict(os.environ),
-            ready=envoy_probe(admin_file),
-        )
+        envoy_component("envoy-jwt", config_path, work / "envoy-jwt-admin.txt", os.environ)
     )
     return supervisor, port
 

@@ -126,6 +126,28 @@ def envoy_probe(admin_file: Path) -> Probe:
     return probe
 
 
+def envoy_component(
+    name: str,
+    config_path: Path,
+    admin_file: Path,
+    env: Mapping[str, str],
+    *,
+    ready_timeout: float = 60.0,
+) -> Component:
+    """Envoy on `config_path`, ready once its admin API (address written to `admin_file`, where a
+    stale one from an earlier run is removed first) answers /ready."""
+    admin_file.unlink(missing_ok=True)
+    return Component(
+        name,
+        envoy_config.envoy_command(
+            envoy_config.envoy_binary(dict(env)), config_path, admin_address_path=admin_file
+        ),
+        dict(env),
+        ready=envoy_probe(admin_file),
+        ready_timeout=ready_timeout,
+    )
+
+
 class LocalStack:
     """One run of `up`: settings in, a printed summary out, all children stopped at the end."""
 
@@ -209,18 +231,12 @@ class LocalStack:
         )
         config_path = self.state_dir / ENVOY_CONFIG_FILE
         envoy_config.write(config, config_path)
-        admin_file = self.state_dir / ENVOY_ADMIN_FILE
-        admin_file.unlink(missing_ok=True)
         envoy = await self.supervisor.start(
-            Component(
+            envoy_component(
                 "envoy",
-                envoy_config.envoy_command(
-                    envoy_config.envoy_binary(dict(self.inherited)),
-                    config_path,
-                    admin_address_path=admin_file,
-                ),
-                dict(self.inherited),
-                ready=envoy_probe(admin_file),
+                config_path,
+                self.state_dir / ENVOY_ADMIN_FILE,
+                self.inherited,
                 ready_timeout=settings.ready_timeout,
             )
         )
