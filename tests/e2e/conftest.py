@@ -2,7 +2,7 @@
 
 `edge` / `slow_edge` / `replicated_edge` are the whole edge as real processes
 (`tests/e2e/edge.py`), one per session: `edge` exactly as `orrery-a2a up` runs it; `slow_edge` with
-a gateway whose turns a test holds open (`held_gateway.py`), Envoy's stream timeouts cut to 1 s and
+a gateway whose turns a test holds open (`held_gateway.py`), Envoy's stream timeouts cut to 2 s and
 keep-alives every 200 ms; `replicated_edge` as `orrery-a2a up --replicas 2` on PostgreSQL and Redis.
 
 For Envoy's own config behaviour:
@@ -325,7 +325,7 @@ def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
         yield started
 
 
-SLOW_IDLE_TIMEOUT = "1s"
+SLOW_IDLE_TIMEOUT = "2s"  # ten keep-alive intervals: a busy machine never starves one
 SLOW_KEEPALIVE = "200ms"
 
 
@@ -342,7 +342,7 @@ class SlowEdge:
 
 @pytest.fixture(scope="session")
 def slow_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlowEdge]:
-    """Turns held open on demand; Envoy's request and stream idle timeouts 1 s; keep-alives
+    """Turns held open on demand; Envoy's request and stream idle timeouts 2 s; keep-alives
     every 200 ms (the adapter's ORRERY_A2A_SSE_KEEPALIVE)."""
     root = tmp_path_factory.mktemp("slow-edge")
     release_dir = root / "release"

@@ -1,7 +1,7 @@
 """Long SSE streams through Envoy: silence is bounded, so a waiting stream sends keep-alives.
 
 Envoy closes a stream that is silent for its idle timeout (300 s in envoy/envoy.yaml). On the
-slow edge the same file is rendered with request and stream idle timeouts of 1 s and the adapter
+slow edge the same file is rendered with request and stream idle timeouts of 2 s and the adapter
 sends a keep-alive comment every 200 ms: a stream waiting on a slow turn for several idle
 timeouts survives, while a blocking call that is silent as long is cut by Envoy.
 """
@@ -18,9 +18,9 @@ from tests.e2e.edge import JSONRPC_HEADERS, bearer, jsonrpc, message_params, uni
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
 
-# 15 keep-alives at 200 ms: three seconds of a turn saying nothing, three times Envoy's idle and
+# 20 keep-alives at 200 ms: four seconds of a turn saying nothing, twice Envoy's idle and
 # request timeouts on this edge.
-KEEPALIVES = 15
+KEEPALIVES = 20
 
 
 async def test_a_waiting_stream_outlives_envoys_idle_timeout(slow_edge: SlowEdge) -> None:
@@ -52,7 +52,7 @@ async def test_a_waiting_stream_outlives_envoys_idle_timeout(slow_edge: SlowEdge
 
 async def test_a_silent_response_is_cut_at_the_idle_timeout(slow_edge: SlowEdge) -> None:
     """The control: a blocking SendMessage on a held turn sends nothing while it waits, and
-    Envoy ends it at the (1 s) idle timeout — the timeouts the stream above outlived are live."""
+    Envoy ends it at the (2 s) idle timeout — the timeouts the stream above outlived are live."""
     edge, hold = slow_edge.edge, unique("silent")
     try:
         response = await edge.rpc(
