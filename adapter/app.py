@@ -132,6 +132,7 @@ def _assemble(
         metrics=metrics,
         max_body_bytes=settings.max_body_bytes,
         drain=drain,
+        keepalive=settings.sse_keepalive,
     )
     approvals = ApprovalsEndpoint(settings.assertion_keys, gateway.confirmations, metrics)
     probes = _Probes(stores, limiter, metrics)

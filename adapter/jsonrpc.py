@@ -17,8 +17,10 @@ a request is refused cheapest-first:
 Every JSON-RPC error is HTTP 200 with `error.data` = `[google.rpc.ErrorInfo]`. Streams send one
 full JSON-RPC response per SSE event; errors before the first event are plain JSON; the stream
 closes at a terminal or interrupted state; the SDK generator is always `aclose()`d (client gone,
-server draining, or done). While the server shuts down, a stream gets a grace period to finish,
-then a final event with the task's current state.
+server draining, or done). While a stream waits for its next event (a slow turn), a comment line
+`: keep-alive` goes out every `ORRERY_A2A_SSE_KEEPALIVE`, so no proxy on the way (Envoy closes a
+stream silent for 300 s) cuts it; SSE clients ignore comments. While the server shuts down, a
+stream gets a grace period to finish, then a final event with the task's current state.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ _INTERRUPTED_OR_TERMINAL = frozenset(
     }
 )
 _JSON = "application/json"
+KEEPALIVE = b": keep-alive\n\n"  # an SSE comment: keeps the connection busy, never an event
 
 TRACE_LINK_HEADER = "x-orrery-trace-link"
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
@@ -255,6 +258,7 @@ class Dispatcher:
         metrics: Metrics,
         max_body_bytes: int,
         drain: Drain,
+        keepalive: float,
     ) -> None:
         self._handler = handler
         self._keys = keys
@@ -262,6 +266,7 @@ class Dispatcher:
         self._metrics = metrics
         self._max_body = max_body_bytes
         self._drain = drain
+        self._keepalive = keepalive
         self._calls: dict[str, Callable[[Any, ServerCallContext], Any]] = {
             "SendMessage": handler.on_message_send,
             "GetTask": handler.on_get_task,
@@ -434,11 +439,7 @@ class Dispatcher:
             if _ends_stream(event):
                 return "ok"
             pending = asyncio.ensure_future(anext(events))
-            await asyncio.wait({pending, self._drain.expired}, return_when=asyncio.FIRST_COMPLETED)
-            if not pending.done():
-                pending.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await pending
+            if not await self._next_or_keep_alive(response, pending):
                 await self._snapshot(response, call, task_id)
                 return "drained"
             try:
@@ -454,6 +455,34 @@ class Dispatcher:
                 )
                 await self._write(response, error_body(call.rpc_id, InternalError()), event="error")
                 return "INTERNAL_ERROR"
+
+    async def _next_or_keep_alive(
+        self, response: web.StreamResponse, pending: asyncio.Future[Any]
+    ) -> bool:
+        """Wait for the stream's next event (`pending`), writing a keep-alive comment after each
+        silent interval; False when the shutdown grace expired first.
+
+        Unless it returns True, `pending` is cancelled and awaited before this returns or raises
+        (client gone, handler cancelled), so the SDK generator is idle when it is `aclose()`d.
+        """
+        try:
+            while True:
+                done, _ = await asyncio.wait(
+                    {pending, self._drain.expired},
+                    timeout=self._keepalive,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if pending in done:
+                    return True
+                if done:  # the shutdown grace is over
+                    break
+                await response.write(KEEPALIVE)
+        finally:
+            if not pending.done():
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await pending
+        return False
 
     async def _snapshot(self, response: web.StreamResponse, call: Call, task_id: str) -> None:
         """Send the task as it stands now (a stream's first event, or its last at shutdown)."""

@@ -87,6 +87,7 @@ class AdapterSettings:
     task_idle_ttl: float
     max_tasks: int
     shutdown_grace: float
+    sse_keepalive: float
     log_level: str
 
     @classmethod
@@ -135,6 +136,9 @@ class AdapterSettings:
             task_idle_ttl=reader.seconds("ORRERY_A2A_TASK_IDLE_TTL", "1h", minimum=1.0),
             max_tasks=reader.integer("ORRERY_A2A_MAX_TASKS", 10000, minimum=1),
             shutdown_grace=reader.seconds("ORRERY_A2A_SHUTDOWN_GRACE", "10s"),
+            # Proxies close a silent stream (Envoy: 300 s); a comment line every interval keeps
+            # a stream that waits on a slow turn open. Well below any proxy's idle timeout.
+            sse_keepalive=reader.seconds("ORRERY_A2A_SSE_KEEPALIVE", "15s", minimum=0.1),
             log_level=log_level,
         )
         reader.finish()

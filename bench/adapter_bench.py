@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from authz.assertion import AssertionKeys, sign
@@ -104,25 +105,45 @@ def mint(keys: AssertionKeys, count: int) -> Path:
     return Path(name)
 
 
+@dataclass(frozen=True)
+class WrkRun:
+    rps: float
+    total: int
+    bad: int  # responses that were not a 200 with a completed task
+    p50_ms: float
+    p99_ms: float
+
+
+_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+
+
+def _percentile_ms(out: str, percent: str) -> float:
+    value, unit = re.search(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s)$", out, re.M).groups()  # type: ignore[union-attr]
+    return float(value) * _UNITS_MS[unit]
+
+
 def run_wrk(
-    port: int, duration: int, connections: int, identities: Path | None
-) -> tuple[float, int, int]:
-    command = [
-        "wrk",
-        "-t1",
-        f"-c{connections}",
-        f"-d{duration}s",
-        "-s",
-        str(LUA),
-        f"http://127.0.0.1:{port}/a2a",
-    ]
+    port: int,
+    duration: int,
+    connections: int,
+    identities: Path | None,
+    headers: tuple[str, ...] = (),
+) -> WrkRun:
+    """One `wrk` run of the SendMessage script against 127.0.0.1:port/a2a (`headers`: `-H`)."""
+    command = ["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(LUA)]
+    for header in headers:
+        command += ["-H", header]
+    command.append(f"http://127.0.0.1:{port}/a2a")
     if identities is not None:
         command += ["--", str(identities)]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out)[1])  # type: ignore[index]
-    total = int(re.search(r"(\d+) requests in", out)[1])  # type: ignore[index]
-    bad = int(re.search(r"not-completed: (\d+)", out)[1])  # type: ignore[index]
-    return rps, total, bad
+    return WrkRun(
+        rps=float(re.search(r"Requests/sec:\s+([\d.]+)", out)[1]),  # type: ignore[index]
+        total=int(re.search(r"(\d+) requests in", out)[1]),  # type: ignore[index]
+        bad=int(re.search(r"not-completed: (\d+)", out)[1]),  # type: ignore[index]
+        p50_ms=_percentile_ms(out, "50"),
+        p99_ms=_percentile_ms(out, "99"),
+    )
 
 
 def measure(
@@ -139,7 +160,8 @@ def measure(
             identities.unlink()  # type: ignore[union-attr]
             identities = mint(keys, 2000)
         before = cpu_seconds(process.pid)
-        rps, total, bad = run_wrk(port, args.duration, args.connections, identities)
+        run = run_wrk(port, args.duration, args.connections, identities)
+        rps, total, bad = run.rps, run.total, run.bad
         cpu_ms = (cpu_seconds(process.pid) - before) * 1000 / max(total, 1)
     finally:
         if identities is not None:

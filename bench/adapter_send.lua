@@ -1,6 +1,7 @@
 -- wrk script for adapter_bench.py: blocking SendMessage, one JSON-RPC call per request.
 -- args[1] (optional): a file of "request-id<TAB>x-orrery-principal" lines, cycled per request
--- (the assertions authz would mint; the stock server ignores them).
+-- (the assertions authz would mint; the stock server ignores them). Headers given with `wrk -H`
+-- are sent too.
 local body = '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":'
   .. '{"messageId":"bench-1","role":"ROLE_USER","parts":[{"text":"how is checkout?"}]}}}'
 local identities = {}
@@ -23,6 +24,9 @@ end
 
 function request()
   local headers = {["Content-Type"] = "application/json", ["A2A-Version"] = "1.0"}
+  for name, value in pairs(wrk.headers) do  -- `wrk -H` headers (e2e_bench: Authorization)
+    headers[name] = value
+  end
   if #identities > 0 then
     next_identity = next_identity % #identities + 1
     headers["x-request-id"] = identities[next_identity][1]

@@ -24,10 +24,9 @@ from pathlib import Path
 from authz.env import EnvReader, parse_address
 from authz.errors import ConfigError
 from stack import envoy_config
-from stack.keys import load_signing_key
 from stack.runtime import StackError, StackState, default_state_dir
 from stack.settings import ADDRESSES, StackSettings
-from stack.tokens import TOKEN_KINDS, Audiences, TokenKind, TokenRequest, mint
+from stack.tokens import TOKEN_KINDS, TokenKind, TokenRequest, mint_for_stack
 
 # The a2a-sdk and aiohttp take over a second to import: `ask`, `approve` and `up` import them
 # when they run, so `orrery-a2a token` (often inside `$(…)`) stays quick.
@@ -71,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="run the local stack until Ctrl-C")
     for variable, (flag, default) in ADDRESSES.items():
         up.add_argument(flag, dest=variable, metavar="HOST:PORT", help=f"{variable} ({default})")
+    up.add_argument(
+        "--replicas",
+        dest="ORRERY_A2A_REPLICAS",
+        metavar="N",
+        help="authz and adapter processes behind Envoy (ORRERY_A2A_REPLICAS; 1); more than one"
+        " needs DATABASE_URL and ORRERY_A2A_REDIS_URL",
+    )
     up.add_argument(
         "--envoy-config",
         dest="ORRERY_A2A_ENVOY_CONFIG",
@@ -139,22 +145,12 @@ def _env_with_flags(args: argparse.Namespace, env: Mapping[str, str]) -> dict[st
     return merged
 
 
-def _mint(state: StackState, request: TokenRequest) -> str:
-    return mint(
-        load_signing_key(Path(state.key_file)),
-        request,
-        issuer=state.issuer,
-        audiences=Audiences(a2a=state.audience, console=state.console_audience),
-        now=int(time.time()),
-    )
-
-
 def _target(args: argparse.Namespace, env: Mapping[str, str], kind: TokenKind) -> tuple[str, str]:
     """The base URL and bearer token: given by flags, else from the running stack."""
     if args.url and args.token:
         return args.url.rstrip("/"), str(args.token)
     state = StackState.load(default_state_dir(env))
-    token = args.token or _mint(state, TokenRequest(kind=kind))
+    token = args.token or mint_for_stack(state, TokenRequest(kind=kind), now=int(time.time()))
     return (args.url or state.url).rstrip("/"), token
 
 
@@ -174,7 +170,7 @@ def _cmd_token(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         roles=tuple(args.roles),
         lifetime_seconds=args.ttl,
     )
-    print(_mint(state, request))
+    print(mint_for_stack(state, request, now=int(time.time())))
     return 0
 
 

@@ -49,18 +49,24 @@ class Reply:
 
 
 def describe_http_error(response: httpx.Response) -> str:
-    """`401 token_expired: the token has expired` from our JSON error body, or the status line."""
-    detail = ""
+    """What a refusal says, from its JSON body, else the status line.
+
+    Two bodies exist: a denial by authz or the adapter's 401 (`{"error", "error_description"}`,
+    e.g. `401 token_expired: token has expired`) and an answer of the approvals endpoint
+    (`{"action_id", "status", "message"}`, e.g. `409 already_decided: …`).
+    """
     try:
         body = response.json()
     except ValueError:
         body = None
-    if isinstance(body, dict) and isinstance(body.get("error"), str):
-        detail = f" {body['error']}"
-        if isinstance(body.get("error_description"), str):
-            detail += f": {body['error_description']}"
-    elif response.reason_phrase:
-        detail = f" {response.reason_phrase}"
+    if isinstance(body, dict):
+        for code, text in (("error", "error_description"), ("status", "message")):
+            if isinstance(body.get(code), str):
+                detail = f" {body[code]}"
+                if isinstance(body.get(text), str):
+                    detail += f": {body[text]}"
+                return f"{response.status_code}{detail}"
+    detail = f" {response.reason_phrase}" if response.reason_phrase else ""
     return f"{response.status_code}{detail}"
 
 
@@ -95,6 +101,8 @@ def approval_lines(
 ) -> tuple[list[str], list[str]]:
     """The approval block (stdout) and the commands to decide and resume (stderr)."""
     action = str(details.get("action_id", "?"))
+    # Action ids are base64url and may start with "-": after `--` it is never read as an option.
+    action_arg = f"-- {shlex.quote(action)}" if action.startswith("-") else shlex.quote(action)
     answer = [
         f"  action:  {action}",
         f"  tool:    {details.get('tool', '?')} (level {details.get('level', '?')})",
@@ -103,8 +111,8 @@ def approval_lines(
     ]
     hints = [
         "A human decides (a reply on the task is not an approval):",
-        f"  orrery-a2a approve{options} {shlex.quote(action)}",
-        f"  orrery-a2a approve{options} {shlex.quote(action)} --deny",
+        f"  orrery-a2a approve{options} {action_arg}",
+        f"  orrery-a2a approve{options} --deny {action_arg}",
         "Then resume the task:",
         f"  orrery-a2a ask{options} --task-id {shlex.quote(task.id)} "
         f"--context-id {shlex.quote(task.context_id)} 'go ahead'",

@@ -18,7 +18,7 @@ import copy
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -68,17 +68,36 @@ def _socket(container: dict[str, Any], what: str) -> dict[str, Any]:
     return socket
 
 
-def _endpoint_sockets(config: Config, cluster: str) -> list[dict[str, Any]]:
+def _lb_endpoints(config: Config, cluster: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     clusters = config.get("static_resources", {}).get("clusters", [])
     found = _named(clusters, cluster, "cluster")
-    sockets = [
-        _socket(lb["endpoint"], f"cluster {cluster!r}")
+    endpoints = [
+        lb
         for group in found.get("load_assignment", {}).get("endpoints", [])
         for lb in group.get("lb_endpoints", [])
     ]
-    if not sockets:
+    if not endpoints:
         raise EnvoyConfigError(f"the Envoy config's cluster {cluster!r} has no endpoints")
-    return sockets
+    return found, endpoints
+
+
+def _endpoint_sockets(config: Config, cluster: str) -> list[dict[str, Any]]:
+    _, endpoints = _lb_endpoints(config, cluster)
+    return [_socket(lb["endpoint"], f"cluster {cluster!r}") for lb in endpoints]
+
+
+def _point(config: Config, cluster: str, addresses: Sequence[Address]) -> None:
+    """Make `cluster` balance over exactly `addresses`: one endpoint each, shaped like the file's
+    first endpoint (replicas of authz or the adapter behind one Envoy)."""
+    found, endpoints = _lb_endpoints(config, cluster)
+    template = endpoints[0]
+    replicas = []
+    for address in addresses:
+        endpoint = copy.deepcopy(template)
+        _assign(_socket(endpoint["endpoint"], f"cluster {cluster!r}"), address)
+        replicas.append(endpoint)
+    first_group = found["load_assignment"]["endpoints"][0]
+    found["load_assignment"]["endpoints"] = [{**first_group, "lb_endpoints": replicas}]
 
 
 def listener_socket(config: Config) -> dict[str, Any]:
@@ -98,25 +117,37 @@ def _assign(socket: dict[str, Any], address: Address) -> None:
     socket["address"], socket["port_value"] = address
 
 
+Upstream = Address | Sequence[Address]
+
+
 def render(
     config: Config,
     *,
     listen: Address | None = None,
     admin: Address | None = None,
-    authz: Address | None = None,
-    adapter: Address | None = None,
+    authz: Upstream | None = None,
+    adapter: Upstream | None = None,
 ) -> Config:
-    """A copy of `config` with the given sockets replaced; everything else is untouched."""
+    """A copy of `config` with the given sockets replaced; everything else is untouched.
+
+    `authz` and `adapter` take one address or several (replicas, balanced by the cluster).
+    """
     rendered = copy.deepcopy(config)
     if listen is not None:
         _assign(listener_socket(rendered), listen)
     if admin is not None:
         _assign(admin_socket(rendered), admin)
-    for cluster, address in zip(CLUSTERS, (authz, adapter), strict=True):
-        if address is not None:
-            for socket in cluster_sockets(rendered, cluster):
-                _assign(socket, address)
+    for cluster, upstream in zip(CLUSTERS, (authz, adapter), strict=True):
+        if upstream is not None:
+            _point(rendered, cluster, _addresses(upstream))
     return rendered
+
+
+def _addresses(upstream: Upstream) -> list[Address]:
+    """One (host, port), or a sequence of them."""
+    if isinstance(upstream[0], str):
+        return [cast(Address, upstream)]
+    return list(cast(Sequence[Address], upstream))
 
 
 def write(config: Config, path: Path, *, mode: int = 0o600) -> None:

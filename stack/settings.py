@@ -2,7 +2,9 @@
 
 Every address defaults to DESIGN's port and can be overridden by a flag of `orrery-a2a up` or the
 environment variable it stands for (the flag wins), so tests and a second stack can run on other
-ports. Port 0 asks the OS for a free port: the components report what they bound.
+ports. Port 0 asks the OS for a free port: the components report what they bound. With
+`ORRERY_A2A_REPLICAS` > 1 (`--replicas`), that many authz and adapter processes run behind the one
+Envoy, each on a free port of its configured host (what a pod with replicas looks like to Envoy).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class StackSettings:
     state_dir: Path
     envoy_config: Path
     ready_timeout: float
+    replicas: int = 1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StackSettings:
@@ -61,6 +64,7 @@ class StackSettings:
             state_dir=default_state_dir(env),
             envoy_config=config,
             ready_timeout=reader.seconds("ORRERY_A2A_READY_TIMEOUT", "60s", minimum=1.0),
+            replicas=reader.integer("ORRERY_A2A_REPLICAS", 1, minimum=1, maximum=8),
         )
         reader.finish()
         return settings

@@ -12,14 +12,16 @@ one who may approve (CONTRACTS.md, "Dev stack").
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from stack.keys import ALGORITHM, public_jwk
+from stack.keys import ALGORITHM, load_signing_key, public_jwk
+from stack.runtime import StackState
 
 TokenKind = Literal["service", "delegated", "human"]
 TOKEN_KINDS: tuple[TokenKind, ...] = ("service", "delegated", "human")
@@ -80,6 +82,12 @@ def claims_for(
     return claims
 
 
+def sign(key: ec.EllipticCurvePrivateKey, claims: Mapping[str, Any]) -> str:
+    """Sign `claims` as the run's issuer: ES256, the key's `kid`, RFC 9068 `typ: at+jwt`."""
+    headers = {"kid": public_jwk(key)["kid"], "typ": "at+jwt"}
+    return jwt.encode(dict(claims), key, algorithm=ALGORITHM, headers=headers)
+
+
 def mint(
     key: ec.EllipticCurvePrivateKey,
     request: TokenRequest,
@@ -88,7 +96,16 @@ def mint(
     audiences: Audiences,
     now: int,
 ) -> str:
-    """An ES256 access token (RFC 9068 `typ: at+jwt`) signed with the run's issuer key."""
-    headers = {"kid": public_jwk(key)["kid"], "typ": "at+jwt"}
-    claims = claims_for(request, issuer=issuer, audiences=audiences, now=now)
-    return jwt.encode(claims, key, algorithm=ALGORITHM, headers=headers)
+    """An access token for `request`, signed with the run's issuer key."""
+    return sign(key, claims_for(request, issuer=issuer, audiences=audiences, now=now))
+
+
+def mint_for_stack(state: StackState, request: TokenRequest, *, now: int) -> str:
+    """A token from the running stack's issuer (its key file and audiences in `state`)."""
+    return mint(
+        load_signing_key(Path(state.key_file)),
+        request,
+        issuer=state.issuer,
+        audiences=Audiences(a2a=state.audience, console=state.console_audience),
+        now=now,
+    )

@@ -126,6 +126,28 @@ def envoy_probe(admin_file: Path) -> Probe:
     return probe
 
 
+def envoy_component(
+    name: str,
+    config_path: Path,
+    admin_file: Path,
+    env: Mapping[str, str],
+    *,
+    ready_timeout: float = 60.0,
+) -> Component:
+    """Envoy on `config_path`, ready once its admin API (address written to `admin_file`, where a
+    stale one from an earlier run is removed first) answers /ready."""
+    admin_file.unlink(missing_ok=True)
+    return Component(
+        name,
+        envoy_config.envoy_command(
+            envoy_config.envoy_binary(dict(env)), config_path, admin_address_path=admin_file
+        ),
+        dict(env),
+        ready=envoy_probe(admin_file),
+        ready_timeout=ready_timeout,
+    )
+
+
 class LocalStack:
     """One run of `up`: settings in, a printed summary out, all children stopped at the end."""
 
@@ -146,6 +168,12 @@ class LocalStack:
             child_env(self.inherited, own_env),
             ready_timeout=self.settings.ready_timeout,
         )
+
+    def _replica_names(self, component: str) -> list[str]:
+        """`authz`, or `authz-1` … `authz-N` with several replicas."""
+        if self.settings.replicas == 1:
+            return [component]
+        return [f"{component}-{number}" for number in range(1, self.settings.replicas + 1)]
 
     def _ready(self, running: Running, where: str) -> None:
         self.say(f"  {running.name:<8} ready   {where}  (pid {running.pid})")
@@ -177,36 +205,38 @@ class LocalStack:
         url = f"http://{client_host(listen)}"
         wiring = Wiring(issuer_url, secrets.assertion_keys, public_url=f"{url}/a2a")
 
-        authz = await self.supervisor.start(
-            self._component("authz", [python, "-m", "authz"], authz_env(settings, wiring))
-        )
-        self._ready(authz, f"{authz.details.get('grpc')}, metrics {authz.details.get('metrics')}")
-        adapter = await self.supervisor.start(
-            self._component("adapter", [python, "-m", "adapter"], adapter_env(settings, wiring))
-        )
-        self._ready(adapter, str(adapter.details.get("addr")))
+        authz_addresses = []
+        for name in self._replica_names("authz"):
+            authz = await self.supervisor.start(
+                self._component(name, [python, "-m", "authz"], authz_env(settings, wiring))
+            )
+            self._ready(
+                authz, f"{authz.details.get('grpc')}, metrics {authz.details.get('metrics')}"
+            )
+            authz_addresses.append(parse_address(str(authz.details["grpc"])))
+        adapter_addresses = []
+        for name in self._replica_names("adapter"):
+            adapter = await self.supervisor.start(
+                self._component(name, [python, "-m", "adapter"], adapter_env(settings, wiring))
+            )
+            self._ready(adapter, str(adapter.details.get("addr")))
+            adapter_addresses.append(parse_address(str(adapter.details["addr"])))
 
         config = envoy_config.render(
             envoy_config.load(settings.envoy_config),
             listen=listen,
             admin=settings.admin,
-            authz=parse_address(str(authz.details["grpc"])),
-            adapter=parse_address(str(adapter.details["addr"])),
+            authz=authz_addresses,
+            adapter=adapter_addresses,
         )
         config_path = self.state_dir / ENVOY_CONFIG_FILE
         envoy_config.write(config, config_path)
-        admin_file = self.state_dir / ENVOY_ADMIN_FILE
-        admin_file.unlink(missing_ok=True)
         envoy = await self.supervisor.start(
-            Component(
+            envoy_component(
                 "envoy",
-                envoy_config.envoy_command(
-                    envoy_config.envoy_binary(dict(self.inherited)),
-                    config_path,
-                    admin_address_path=admin_file,
-                ),
-                dict(self.inherited),
-                ready=envoy_probe(admin_file),
+                config_path,
+                self.state_dir / ENVOY_ADMIN_FILE,
+                self.inherited,
                 ready_timeout=settings.ready_timeout,
             )
         )

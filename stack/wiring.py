@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from stack.addresses import format_address
+from stack.addresses import Address, format_address
 from stack.issuer import JWKS_PATH
 from stack.settings import StackSettings
 
@@ -32,10 +32,16 @@ class Wiring:
         return self.issuer + JWKS_PATH
 
 
+def _replica(settings: StackSettings, address: Address) -> str:
+    """The configured address, or a free port on its host when several replicas share it."""
+    host, port = address
+    return format_address((host, port if settings.replicas == 1 else 0))
+
+
 def authz_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:
     return {
-        "ORRERY_A2A_AUTHZ_ADDR": format_address(settings.authz),
-        "ORRERY_A2A_AUTHZ_METRICS_ADDR": format_address(settings.authz_metrics),
+        "ORRERY_A2A_AUTHZ_ADDR": _replica(settings, settings.authz),
+        "ORRERY_A2A_AUTHZ_METRICS_ADDR": _replica(settings, settings.authz_metrics),
         "ORRERY_A2A_JWT_ISSUER": wiring.issuer,
         "ORRERY_A2A_JWKS_URL": wiring.jwks_url,
         "ORRERY_A2A_JWT_AUDIENCE": DEV_AUDIENCE,
@@ -46,11 +52,16 @@ def authz_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:
 
 
 def adapter_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:
-    return {
-        "ORRERY_A2A_ADAPTER_ADDR": format_address(settings.adapter),
+    env = {
+        "ORRERY_A2A_ADAPTER_ADDR": _replica(settings, settings.adapter),
         "ORRERY_A2A_ASSERTION_KEYS": wiring.assertion_keys,
         "ORRERY_A2A_PUBLIC_URL": wiring.public_url,
     }
+    if settings.replicas > 1:
+        # Replicas must share tasks, approvals and in-flight counts: the adapter then refuses to
+        # start unless DATABASE_URL and ORRERY_A2A_REDIS_URL are in the environment.
+        env["ORRERY_MULTI_REPLICA"] = "true"
+    return env
 
 
 def child_env(inherited: Mapping[str, str], own: Mapping[str, str]) -> dict[str, str]:

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
+from a2a.client import ClientConfig, ClientFactory
+from a2a.types import a2a_pb2 as pb
 
-from tests.adapter.conftest import Server, assertion_headers, delegated, running
+from tests.adapter.conftest import (
+    Server,
+    assertion_headers,
+    delegated,
+    reply_text,
+    running,
+    send,
+    text_message,
+)
 
 ALICE_BOT = delegated()
 
@@ -454,3 +465,82 @@ async def test_client_disconnect_lets_the_turn_finish_and_free_its_slot(server: 
             break
         await asyncio.sleep(0.05)
     assert "orrery_a2a_turns_in_flight 0.0" in metrics
+
+
+async def test_a_waiting_stream_sends_keep_alive_comments() -> None:
+    """While a turn runs, a `: keep-alive` comment goes out each ORRERY_A2A_SSE_KEEPALIVE; the
+    events around them are unchanged."""
+    async with running({"ORRERY_A2A_SSE_KEEPALIVE": "100ms"}) as server:
+        server.gateway.hold = asyncio.Event()
+        body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": message()}
+        headers = {"A2A-Version": "1.0", **assertion_headers(ALICE_BOT)}
+        lines: list[str] = []
+        async with (
+            httpx.AsyncClient(base_url=server.base, timeout=60) as http,
+            http.stream("POST", "/a2a", json=body, headers=headers) as response,
+        ):
+            async for line in response.aiter_lines():
+                lines.append(line)
+                if lines.count(": keep-alive") == 2:
+                    server.gateway.hold.set()
+        first_comment = lines.index(": keep-alive")
+        assert lines[0].startswith("data: ")  # the Task event first: the comments only fill waits
+        assert lines[first_comment - 1] == lines[first_comment + 1] == ""  # a block of its own
+        events = [json.loads(line[len("data: ") :]) for line in lines if line.startswith("data: ")]
+        assert [next(iter(event["result"])) for event in events] == [
+            "task",
+            "artifactUpdate",
+            "statusUpdate",
+        ]
+
+
+class _Tap(httpx.AsyncBaseTransport):
+    """A transport that keeps a copy of every response byte the client reads."""
+
+    def __init__(self) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self.seen = bytearray()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_TapStream(response.stream, self.seen),  # type: ignore[arg-type]
+            extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _TapStream(httpx.AsyncByteStream):
+    def __init__(self, inner: httpx.AsyncByteStream, seen: bytearray) -> None:
+        self._inner = inner
+        self._seen = seen
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            self._seen.extend(chunk)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+async def test_the_sdk_client_ignores_keep_alive_comments() -> None:
+    """The a2a-sdk's own SSE reader skips the comments: a streamed turn ends completed."""
+    async with running({"ORRERY_A2A_SSE_KEEPALIVE": "100ms"}) as server:
+        server.gateway.hold = asyncio.Event()
+        tap = _Tap()
+        async with server.http(ALICE_BOT, transport=tap) as http:
+            factory = ClientFactory(ClientConfig(httpx_client=http, streaming=True))
+            client = await factory.create_from_url(server.base)
+            turn = asyncio.create_task(send(client, text_message("how is checkout?")))
+            while tap.seen.count(b": keep-alive") < 2:
+                await asyncio.sleep(0.02)
+            server.gateway.hold.set()
+            task = await turn
+            await client.close()
+        assert task.status.state == pb.TASK_STATE_COMPLETED
+        assert "checkout is degraded" in reply_text(task)

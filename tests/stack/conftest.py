@@ -1,9 +1,8 @@
 """Plumbing for the local-stack tests: real child processes, a private state dir, `up` runs.
 
-`LocalStackRun` starts `orrery-a2a up` as a real process on ephemeral ports with the fake authz and
-adapter of `fakes/` first on its children's `PYTHONPATH` (the real packages are built on other
-branches; see fakes/README.md). It waits for the "is up at" line and parses the per-component
-lines, so a test can check every pid after the stack stops.
+`LocalStackRun` starts `orrery-a2a up` as a real process on ephemeral ports — the real issuer,
+authz, adapter and Envoy. It waits for the "is up at" line and parses the per-component lines, so a
+test can check every pid after the stack stops.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-FAKES = Path(__file__).resolve().parent / "fakes"
 EPHEMERAL = [
     "--listen=127.0.0.1:0",
     "--admin=127.0.0.1:0",
@@ -71,12 +69,12 @@ class LocalStackRun:
 
     @classmethod
     def start(cls, state_dir: Path, extra_env: Mapping[str, str] | None = None) -> LocalStackRun:
-        env = {**os.environ, "PYTHONPATH": str(FAKES), **(extra_env or {})}
+        env = {**os.environ, **(extra_env or {})}
         env.pop("ORRERY_A2A_STATE_DIR", None)
         process = subprocess.Popen(
             cli_argv("up", f"--state-dir={state_dir}", *EPHEMERAL),
             env=env,
-            cwd=state_dir.parent,  # not the repo root: `python -m authz` must find the fake
+            cwd=state_dir.parent,  # anywhere: `up` needs nothing from the working directory
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

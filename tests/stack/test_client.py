@@ -64,10 +64,18 @@ def test_an_input_required_task_prints_the_approval_and_the_commands() -> None:
     assert reply.hints == [
         "A human decides (a reply on the task is not an approval):",
         "  orrery-a2a approve --state-dir /s act-9",
-        "  orrery-a2a approve --state-dir /s act-9 --deny",
+        "  orrery-a2a approve --state-dir /s --deny act-9",
         "Then resume the task:",
         "  orrery-a2a ask --state-dir /s --task-id task-1 --context-id ctx-1 'go ahead'",
     ]
+
+
+def test_an_action_id_starting_with_a_dash_is_passed_after_double_dash() -> None:
+    """A base64url id like `-hH6x…` would parse as an option; the printed commands use `--`."""
+    details = {"action_id": "-hH6xtSLY", "tool": "restart_service", "level": "L3"}
+    reply = render(_task(pb.TASK_STATE_INPUT_REQUIRED, parts=[_data(details)]))
+    assert "  orrery-a2a approve -- -hH6xtSLY" in reply.hints
+    assert "  orrery-a2a approve --deny -- -hH6xtSLY" in reply.hints
 
 
 @pytest.mark.parametrize(
@@ -102,6 +110,11 @@ async def approvals_server() -> AsyncIterator[str]:
     async def decide(request: web.Request) -> web.Response:
         body = await request.json()
         assert request.headers["Authorization"] == "Bearer human-token"
+        if request.match_info["action_id"] == "act-done":
+            return web.json_response(
+                {"action_id": "act-done", "status": "already_decided", "message": "decided before"},
+                status=409,
+            )
         if request.match_info["action_id"] != "act-ok":
             return web.json_response(
                 {"error": "forbidden", "error_description": "not your approval"}, status=403
@@ -128,6 +141,16 @@ async def test_a_refused_approval_is_a_failure_with_the_reason(approvals_server:
     """A 403 body's error and description are shown, nothing else."""
     with pytest.raises(ClientFailure, match=r"^approve act-x: 403 forbidden: not your approval$"):
         await approve(approvals_server, "human-token", "act-x")
+
+
+async def test_an_approvals_answer_that_is_not_200_shows_its_message(
+    approvals_server: str,
+) -> None:
+    """A 409 from the approvals endpoint says why (its status and message), not just 409."""
+    with pytest.raises(
+        ClientFailure, match=r"^approve act-done: 409 already_decided: decided before$"
+    ):
+        await approve(approvals_server, "human-token", "act-done")
 
 
 async def test_an_unreachable_edge_is_a_clear_failure(unused_tcp_port: int) -> None:

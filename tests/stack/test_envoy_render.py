@@ -47,6 +47,19 @@ def test_render_replaces_only_the_named_sockets() -> None:
     assert envoy_config.listener_socket(source)["address"] == "127.0.0.1"  # source untouched
 
 
+def test_several_upstream_addresses_become_one_endpoint_each() -> None:
+    """Replicas: the cluster balances over every given address, each endpoint shaped alike."""
+    source = envoy_config.load(SOURCE)
+    replicas = [("127.0.0.1", 18081), ("127.0.0.1", 18082)]
+    rendered = envoy_config.render(source, adapter=replicas, authz=[("127.0.0.1", 19191)])
+    sockets = envoy_config.cluster_sockets(rendered, "adapter")
+    assert [(s["address"], s["port_value"]) for s in sockets] == replicas
+    assert envoy_config.cluster_sockets(rendered, "authz") == [
+        {"address": "127.0.0.1", "port_value": 19191}
+    ]
+    assert len(envoy_config.cluster_sockets(source, "adapter")) == 1  # source untouched
+
+
 def test_unset_sockets_keep_the_files_values() -> None:
     """Rendering only the listener leaves admin and clusters as the file has them."""
     source = envoy_config.load(SOURCE)

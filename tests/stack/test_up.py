@@ -1,10 +1,14 @@
-"""`orrery-a2a up` end to end: real issuer and Envoy, stand-in authz and adapter (see fakes/)."""
+"""`orrery-a2a up` end to end: the real issuer, authz, adapter and Envoy as one subprocess, and
+the real `token`, `ask` and `approve` commands — as printed by the stack — against it."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -15,20 +19,36 @@ from stack import cli
 from stack.runtime import ISSUER_KEY_FILE, STATE_FILE, pid_alive
 from tests.stack.conftest import LocalStackRun, cli_argv
 
-pytestmark = pytest.mark.envoy
+pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
 
 SEND = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "SendMessage",
-    "params": {"message": {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "hi"}]}},
+    "params": {
+        "message": {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "is search up?"}]}
+    },
 }
+HEALTH = "Service health — checkout: degraded; inventory: down; payments: healthy; search: healthy."
+
+
+def _orrery(run: LocalStackRun, *args: str) -> subprocess.CompletedProcess[str]:
+    """`orrery-a2a ARGS…` as a separate process talking to `run`'s stack."""
+    return subprocess.run(
+        cli_argv(*args), env=run.env, capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+def _printed(run: LocalStackRun, line: str) -> subprocess.CompletedProcess[str]:
+    """Run a command line exactly as the stack printed it (`orrery-a2a …`)."""
+    program, *args = shlex.split(line)
+    assert program == "orrery-a2a", line
+    return _orrery(run, *args)
 
 
 def _token(run: LocalStackRun, *args: str) -> str:
-    result = subprocess.run(
-        cli_argv("token", *args), env=run.env, capture_output=True, text=True, check=True
-    )
+    result = _orrery(run, "token", *args)
+    assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
 
@@ -43,6 +63,15 @@ def test_up_shows_each_component_and_what_to_type(stack_run: LocalStackRun) -> N
     assert f'curl -sS {stack_run.url}/a2a -H "Authorization: Bearer $(orrery-a2a token' in text
 
 
+def test_the_printed_ask_line_gets_an_answer(stack_run: LocalStackRun) -> None:
+    """The `ask:` line `up` prints, pasted as is, answers through Envoy, authz and the adapter."""
+    (line,) = [line for line in stack_run.lines if line.startswith("  ask:  ")]
+    result = _printed(stack_run, line.removeprefix("  ask:  "))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == HEALTH + "\n"
+    assert "Continue this conversation:\n  orrery-a2a ask --state-dir" in result.stderr
+
+
 def test_state_is_private_and_names_the_stack(stack_run: LocalStackRun) -> None:
     """stack.json and the issuer key are 0600 in a 0700 directory; stack.json has the URL."""
     state = json.loads((stack_run.state_dir / STATE_FILE).read_text())
@@ -53,26 +82,43 @@ def test_state_is_private_and_names_the_stack(stack_run: LocalStackRun) -> None:
         assert ((stack_run.state_dir / name).stat().st_mode & 0o777) == 0o600
 
 
-def test_a_request_through_envoy_reaches_the_adapter_as_the_token_principal(
+def test_a_token_from_the_cli_reaches_the_adapter_as_its_principal(
     stack_run: LocalStackRun,
 ) -> None:
-    """The wiring holds: authz trusts the issuer's JWKS, the adapter trusts authz's assertion."""
-    token = _token(stack_run, "--kind", "service")
+    """The wiring holds: authz trusts the issuer's JWKS, the adapter trusts authz's assertion and
+    logs the token's principal."""
+    token = _token(stack_run, "--kind", "service", "--client-id", "wiring-check")
     response = httpx.post(
-        f"{stack_run.url}/a2a", json=SEND, headers={"Authorization": f"Bearer {token}"}
+        f"{stack_run.url}/a2a",
+        json=SEND,
+        headers={"Authorization": f"Bearer {token}", "A2A-Version": "1.0"},
+        timeout=60,
     )
     assert response.status_code == 200
-    (artifact,) = response.json()["result"]["task"]["artifacts"]
-    assert artifact["parts"][0]["text"] == "echo hi for service:dev-service::dev-service"
+    assert response.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    logged = _adapter_event(stack_run, "service:wiring-check::wiring-check")
+    assert (logged["method"], logged["outcome"]) == ("SendMessage", "ok")
+
+
+def _adapter_event(run: LocalStackRun, principal: str) -> dict[str, object]:
+    """The adapter's first `a2a_request` for `principal`, once `up` has copied it to the log."""
+    log = run.state_dir / "logs" / "adapter.log"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for line in log.read_text().splitlines():
+            if line.startswith("{") and (event := json.loads(line)).get("principal") == principal:
+                return dict(event)
+        time.sleep(0.05)
+    raise AssertionError(f"the adapter logged nothing for {principal}")
 
 
 def test_a_request_without_a_token_is_refused_in_front_of_the_adapter(
     stack_run: LocalStackRun,
 ) -> None:
-    """No token: authz's 401 with a challenge, from Envoy."""
-    response = httpx.post(f"{stack_run.url}/a2a", json=SEND)
+    """No token: authz's 401 with the bare RFC 6750 challenge, from Envoy."""
+    response = httpx.post(f"{stack_run.url}/a2a", json=SEND, timeout=60)
     assert response.status_code == 401
-    assert response.headers["www-authenticate"].startswith("Bearer")
+    assert response.headers["www-authenticate"] == 'Bearer realm="orrery-a2a"'
 
 
 def test_token_kinds_verify_against_the_issuers_jwks(stack_run: LocalStackRun) -> None:
@@ -96,37 +142,60 @@ def test_token_kinds_verify_against_the_issuers_jwks(stack_run: LocalStackRun) -
 
 
 def test_ask_prints_the_reply(stack_run: LocalStackRun, capsys: pytest.CaptureFixture[str]) -> None:
-    """`ask` goes through Envoy with the a2a-sdk client as the delegated dev principal."""
+    """`ask` (in process) answers as the delegated dev principal; the hint goes to stderr."""
     assert cli.main(["ask", "is checkout healthy?"], env=stack_run.env) == 0
     out, err = capsys.readouterr()
-    assert out == "echo is checkout healthy? for delegated:dev-agent-client:dev-agent:dev-user\n"
+    assert out.startswith("checkout is degraded: error rate 4.2%")
     assert "orrery-a2a ask --context-id" in err
 
 
-def test_ask_shows_a_pending_approval_and_how_to_decide(
-    stack_run: LocalStackRun, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """An input-required task prints the action and ready-to-paste approve/deny/resume lines."""
-    assert cli.main(["ask", "please restart checkout"], env=stack_run.env) == 0
-    out, err = capsys.readouterr()
-    assert out.startswith("Approval needed: restart checkout needs approval\n")
-    assert "tool:    restart_service (level L3)" in out
-    action = out.split("action:  ")[1].split()[0]
-    assert f"orrery-a2a approve {action}\n" in err
-    assert f"orrery-a2a approve {action} --deny\n" in err
-    assert "orrery-a2a ask --task-id " in err
+def _hints(stderr: str) -> dict[str, str]:
+    """The approve / deny / resume command lines `ask` printed, each on a line of its own."""
+    lines = stderr.splitlines()
+    resume_at = lines.index("Then resume the task:")
+    return {
+        "approve": next(
+            x for x in lines if x.startswith("  orrery-a2a approve") and "--deny" not in x
+        ),
+        "deny": next(x for x in lines if x.startswith("  orrery-a2a approve") and "--deny" in x),
+        "resume": lines[resume_at + 1],
+    }
 
 
-@pytest.mark.parametrize(("flags", "status"), [([], "approved"), (["--deny"], "denied")])
-def test_approve_decides_as_the_human(
-    stack_run: LocalStackRun,
-    capsys: pytest.CaptureFixture[str],
-    flags: list[str],
-    status: str,
+@pytest.mark.parametrize(
+    ("decision", "answer", "resumed"),
+    [
+        ("approve", "approved", "Approved action {action} carried out.\n"),
+        ("deny", "denied", ""),
+    ],
+)
+def test_the_printed_approval_commands_decide_and_resume(
+    stack_run: LocalStackRun, decision: str, answer: str, resumed: str
 ) -> None:
-    """`approve` posts the decision on the approvals surface with a human (console) token."""
-    assert cli.main(["approve", "act-1", *flags], env=stack_run.env) == 0
-    assert capsys.readouterr().out == f"act-1: {status} — decided by dev-user\n"
+    """`ask` for a guarded action prints the action and the commands; running them as printed
+    decides as the human and resumes the task (a denied one ends rejected)."""
+    asked = _orrery(stack_run, "ask", "please restart checkout")
+    assert asked.returncode == 0, asked.stderr
+    assert asked.stdout.startswith("Approval needed: Restart checkout is a guarded (L3) action")
+    assert "  tool:    restart_service (level L3)\n" in asked.stdout
+    action = asked.stdout.split("  action:  ")[1].split("\n")[0]
+    hints = _hints(asked.stderr)
+    assert hints["resume"].startswith("  orrery-a2a ask --task-id ")
+    assert hints["resume"].endswith(" 'go ahead'")
+
+    decided = _printed(stack_run, hints[decision])
+    assert decided.returncode == 0, decided.stderr
+    assert decided.stdout.startswith(f"{action}: {answer} — ")
+
+    result = _printed(stack_run, hints["resume"])
+    assert result.stdout == resumed.format(action=action)
+    if decision == "deny":
+        assert result.returncode == 1
+        assert f"was rejected: Action {action} was denied; nothing was done." in result.stderr
+
+    again = _printed(stack_run, hints["approve"])
+    assert again.returncode == 1
+    assert "409 already_decided: " in again.stderr
 
 
 def test_a_second_up_on_the_same_state_dir_is_refused(stack_run: LocalStackRun) -> None:
@@ -150,26 +219,27 @@ def test_ctrl_c_stops_every_component_and_removes_the_secrets(state_dir: Path) -
 
 
 def test_a_component_that_dies_stops_the_stack_and_is_named(state_dir: Path) -> None:
-    """authz dying after start: `up` names it, stops the rest and exits 1."""
-    trigger = state_dir.parent / "kill-authz"
-    run = LocalStackRun.start(state_dir, {"FAKE_AUTHZ_DIE_WHEN": str(trigger)})
+    """authz killed after start: `up` names it and how it ended, shows its log, stops the rest
+    and exits 1."""
+    run = LocalStackRun.start(state_dir)
     assert run.wait_for("is up at")
     pids = {name: pid for name, (_, pid) in run.components.items()}
-    trigger.touch()
+    os.kill(pids["authz"], signal.SIGKILL)
     assert run.finish() == 1
     text = "\n".join(run.lines)
-    assert "orrery-a2a up: authz exited with code 3; stopping the stack" in text
-    assert "| fake authz: dying on purpose" in text
+    assert "orrery-a2a up: authz was killed by SIGKILL; stopping the stack" in text
+    assert f"           full log: {state_dir / 'logs' / 'authz.log'}" in text
+    assert '"event":"serving"' in text  # the end of authz's log is shown
     assert not [name for name, pid in pids.items() if pid_alive(pid)]
 
 
 def test_a_component_that_fails_to_start_is_named_with_its_log(state_dir: Path) -> None:
-    """authz exiting 2 on bad config: named, its message shown, the issuer stopped, exit 1."""
-    run = LocalStackRun.start(state_dir, {"FAKE_AUTHZ_FAIL": "1"})
+    """authz refusing its configuration (exit 2): named, its message shown, the issuer stopped."""
+    run = LocalStackRun.start(state_dir, {"ORRERY_A2A_RATE_LIMIT": "often"})
     assert run.finish() == 1
     text = "\n".join(run.lines)
     assert "  authz    FAILED  exited with code 2 before it was ready" in text
-    assert "| invalid configuration:" in text
+    assert "|   ORRERY_A2A_RATE_LIMIT: expected a rate like 60/minute got 'often'" in text
     assert list(run.components) == ["issuer"]
     (_, issuer_pid) = run.components["issuer"]
     assert not pid_alive(issuer_pid)

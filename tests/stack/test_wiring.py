@@ -84,3 +84,24 @@ def test_children_inherit_the_environment_but_the_wiring_wins() -> None:
     assert env["ORRERY_A2A_JWT_ISSUER"] == "http://127.0.0.1:8090"
     assert "ORRERY_A2A_JWKS_FILE" not in env
     assert env["PYTHONUNBUFFERED"] == "1"
+
+
+def test_replicas_take_free_ports_and_the_adapters_must_share_state() -> None:
+    """With replicas, authz and adapters bind port 0 on their hosts; adapters get
+    ORRERY_MULTI_REPLICA=true, so they refuse to start without PostgreSQL and Redis."""
+    settings = StackSettings.from_env({"ORRERY_A2A_REPLICAS": "2"})
+    authz = authz_env(settings, WIRING)
+    adapter = adapter_env(settings, WIRING)
+    assert (authz["ORRERY_A2A_AUTHZ_ADDR"], authz["ORRERY_A2A_AUTHZ_METRICS_ADDR"]) == (
+        "127.0.0.1:0",
+        "127.0.0.1:0",
+    )
+    assert adapter["ORRERY_A2A_ADAPTER_ADDR"] == "127.0.0.1:0"
+    assert adapter["ORRERY_MULTI_REPLICA"] == "true"
+
+
+def test_replicas_are_bounded() -> None:
+    """ORRERY_A2A_REPLICAS is 1 to 8."""
+    for bad in ("0", "9", "two"):
+        with pytest.raises(ConfigError, match="ORRERY_A2A_REPLICAS"):
+            StackSettings.from_env({"ORRERY_A2A_REPLICAS": bad})
