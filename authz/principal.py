@@ -10,9 +10,10 @@ subject's rate limit.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 from urllib.parse import quote
 
 from authz.errors import Forbidden, InsufficientScope
@@ -24,6 +25,16 @@ Surface = Literal["a2a", "approvals"]
 KINDS: frozenset[str] = frozenset({"delegated", "service", "human"})
 AUTONOMY_LEVELS: tuple[Autonomy, ...] = ("L1", "L2", "L3")
 SURFACES: frozenset[str] = frozenset({"a2a", "approvals"})
+
+
+# C0 controls, DEL and C1 controls: never part of a real identifier, and NUL cannot even be stored
+# in PostgreSQL text, where the adapter keeps task owners and approval subjects.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def is_identifier(value: object) -> TypeGuard[str]:
+    """A non-empty string without control characters: what an identity claim must be."""
+    return isinstance(value, str) and bool(value) and _CONTROL.search(value) is None
 
 
 @functools.lru_cache(maxsize=4096)  # hot on both sides (every Check, every adapter request)
@@ -104,9 +115,9 @@ def derive(claims: Mapping[str, Any], surface: Surface, rules: RoleRules) -> Pri
 
 def _optional_str(claims: Mapping[str, Any], name: str) -> str:
     value = claims.get(name)
-    if value is None:
+    if value is None or value == "":
         return ""
-    if not isinstance(value, str):
+    if not is_identifier(value):
         raise Forbidden(f"{name} claim is malformed")
     return value
 
@@ -117,7 +128,7 @@ def _acting_agent(act: Any) -> str:
     current = act
     while isinstance(current, dict) and len(actors) < MAX_ACT_DEPTH:
         sub = current.get("sub")
-        if not isinstance(sub, str) or not sub:
+        if not is_identifier(sub):
             break
         actors.append(sub)
         if "act" not in current:

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from authz.errors import InvalidToken, KeysUnavailable, TokenExpired, TokenNotYetValid
 from authz.jose import b64url_decode, json_object_segment
 from authz.jwks import KeySet, KeyStore, VerificationKey
-from authz.principal import Principal
+from authz.principal import Principal, is_identifier
 from authz.settings import TokenRules
 
 # Header parameters that would let a token choose its own key or demand extensions we do not
@@ -203,8 +203,8 @@ class TokenVerifier:
         not_before = _int_claim(claims, "nbf")
         issued_at = _int_claim(claims, "iat")
         sub = claims.get("sub")
-        if not isinstance(sub, str) or not sub:
-            raise InvalidToken("token sub is missing or empty")
+        if not is_identifier(sub):
+            raise InvalidToken("token sub is missing, empty or malformed")
         # Without iat, measure the remaining lifetime: a token must never be good for longer.
         start = now if issued_at is None else issued_at
         if expires_at - start > rules.max_lifetime:

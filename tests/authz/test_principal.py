@@ -111,6 +111,8 @@ def test_principal_table(
         {"sub": "a", "act": "b"},
         {"sub": "a", "act": {"sub": ""}},
         {"sub": "a", "act": None},
+        {"sub": "agent\u0000"},
+        {"sub": "a", "act": {"sub": "b\nc"}},
     ],
     ids=repr,
 )
@@ -152,6 +154,13 @@ def test_malformed_client_id_is_refused() -> None:
     """client_id must be a string when present."""
     with pytest.raises(Forbidden, match="client_id"):
         derive(claims(client_id=["a"]), "a2a", RULES)
+
+
+@pytest.mark.parametrize("name", ["client_id", "azp"])
+def test_client_with_control_characters_is_refused(name: str) -> None:
+    """A client id with a control character is not an identifier."""
+    with pytest.raises(Forbidden, match=name):
+        derive(claims(**{name: "ci\u0000bot"}), "a2a", RULES)
 
 
 def test_custom_role_claim() -> None:

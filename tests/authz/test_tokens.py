@@ -298,7 +298,15 @@ async def test_empty_or_missing_sub_is_refused(
     authz: RunningAuthz, issuer: Issuer, sub: Any
 ) -> None:
     """sub must be a non-empty string."""
-    assert await refused(authz, issuer.token(sub=sub)) == "token sub is missing or empty"
+    assert await refused(authz, issuer.token(sub=sub)) == "token sub is missing, empty or malformed"
+
+
+@pytest.mark.parametrize("sub", ["x\u0000y", "alice\n", "a\u007fb", "a\u0085b"])
+async def test_sub_with_control_characters_is_refused(
+    authz: RunningAuthz, issuer: Issuer, sub: str
+) -> None:
+    """A sub with a control character (NUL cannot even be stored) is not an identifier."""
+    assert await refused(authz, issuer.token(sub=sub)) == "token sub is missing, empty or malformed"
 
 
 async def test_nan_in_payload_is_refused(authz: RunningAuthz, issuer: Issuer) -> None:
