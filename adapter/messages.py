@@ -8,7 +8,11 @@ framework downstream may parse it back into one.
 
 Each refusal is a spec error (-32005 for a non-text part or media type, -32602 otherwise) whose
 `ErrorInfo.metadata.rule` is a stable code: `non_text_part`, `media_type`, `role`, `empty`,
-`too_long`, `function_shape`.
+`too_long`, `control_character`, `function_shape`.
+
+Control characters other than tab, newline and carriage return are refused: they carry no meaning
+in a question to an agent, can smuggle terminal escapes into logs and consoles, and NUL cannot be
+stored in PostgreSQL text at all.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import A2AError, ContentTypeNotSupportedError, InvalidParamsError
 
 MAX_CHARS = 8192
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 TEXT_MEDIA_TYPES = frozenset({"", "text/plain"})
 
 # A member name that agent frameworks treat as a function/tool call or response, appearing as a
@@ -59,6 +64,10 @@ def check_message(message: pb.Message) -> str:
     text = "\n".join(texts)
     if not text.strip():
         raise _refuse(InvalidParamsError, "empty", "message has no text")
+    if _CONTROL.search(text):
+        raise _refuse(
+            InvalidParamsError, "control_character", "message text has control characters"
+        )
     if _FUNCTION_SHAPE.search(text):
         raise _refuse(
             InvalidParamsError,

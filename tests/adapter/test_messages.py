@@ -116,6 +116,17 @@ def test_agent_role_is_refused() -> None:
     assert error.data == {"rule": "role"}
 
 
+@pytest.mark.parametrize("text", ["restart \u0000 now", "a\u001b[31mred", "x\u007f", "y\u0085"])
+def test_control_characters_are_refused(text: str) -> None:
+    """NUL, escapes and other control characters are refused (they cannot even be stored)."""
+    assert refused(message(pb.Part(text=text))).data == {"rule": "control_character"}
+
+
+def test_tabs_and_newlines_are_accepted() -> None:
+    """Ordinary whitespace is text."""
+    assert check_message(message(pb.Part(text="a\tb\r\nc"))) == "a\tb\r\nc"
+
+
 @pytest.mark.parametrize("parts", [[], [pb.Part(text="   ")]])
 def test_empty_message_is_refused(parts: list[pb.Part]) -> None:
     """A message without text is refused."""
