@@ -74,3 +74,36 @@ async def test_both_authz_replicas_spend_one_shared_budget(replicated_edge: Edge
     assert allowed <= 60 + elapsed + 1  # one budget refills one a second; two would allow ~120
     principal = f"delegated:dev-agent-client:dev-agent:{user}"
     assert await _served_by(edge, "authz", "decision", principal) == set(REPLICAS)
+
+
+async def test_a_non_ascii_person_approves_on_the_shared_stores(replicated_edge: Edge) -> None:
+    """A subject outside ASCII is stored, decided and resumed like any other (no 500s)."""
+    edge = replicated_edge
+    user, agent = unique("j\u00f6ran"), unique("agent")
+    async with edge.client(edge.token(subject=user, agent=agent)) as client:
+        task = await send(client, text_message("restart checkout"))
+        action_id = status_data(task)["action_id"]
+        assert (await edge.decide(edge.token("human", subject=user), action_id)).status_code == 200
+        resumed = await send(client, text_message("go ahead", task_id=task.id))
+    assert resumed.status.state == pb.TASK_STATE_COMPLETED
+
+
+async def test_a_nul_in_the_subject_is_refused_before_the_stores(replicated_edge: Edge) -> None:
+    """A token whose sub holds NUL is a 401 at authz; it never reaches PostgreSQL."""
+    token = replicated_edge.token(subject="x\u0000y")
+    async with httpx.AsyncClient(timeout=60) as http:
+        answer = await http.post(
+            f"{replicated_edge.url}/a2a",
+            headers={**JSONRPC_HEADERS, **bearer(token)},
+            json=jsonrpc(
+                "SendMessage",
+                {
+                    "message": {
+                        "role": "ROLE_USER",
+                        "messageId": "m",
+                        "parts": [{"text": "restart checkout"}],
+                    }
+                },
+            ),
+        )
+    assert (answer.status_code, answer.json()["error"]) == (401, "token_invalid")
