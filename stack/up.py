@@ -61,6 +61,8 @@ ENVOY_CONFIG_FILE = "envoy.yaml"
 ENVOY_ADMIN_FILE = "envoy-admin.txt"
 LOCK_FILE = "up.lock"
 EXAMPLE_QUESTION = "Which services are unhealthy?"
+# Ctrl-C, an orchestrator's stop, a closed terminal: each stops the stack in order.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +161,9 @@ class LocalStack:
         self.supervisor = Supervisor(settings.state_dir / "logs")
 
     def say(self, line: str = "") -> None:
-        print(line, file=self.out, flush=True)
+        # After SIGHUP the terminal may be gone; stopping the stack matters more than saying so.
+        with contextlib.suppress(OSError):
+            print(line, file=self.out, flush=True)
 
     def _component(self, name: str, argv: list[str], own_env: Mapping[str, str]) -> Component:
         return Component(
@@ -293,12 +297,13 @@ class LocalStack:
             (self.state_dir / name).unlink(missing_ok=True)
 
     async def run(self) -> int:
-        """Start everything, then wait for Ctrl-C/SIGTERM (0) or a component's death (1)."""
+        """Start everything, then wait for Ctrl-C, SIGTERM or a closed terminal (SIGHUP) — exit 0 —
+        or a component's death (1)."""
         self.say(f"orrery-a2a up: starting the local stack (state in {self.state_dir})")
         self.cleanup()  # whatever a killed earlier run left behind
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
             loop.add_signal_handler(signum, stop.set)
         stopping = asyncio.ensure_future(stop.wait())
         code = 0
@@ -331,7 +336,7 @@ class LocalStack:
             self.say("orrery-a2a up: stopping…")
             stopped = await self.supervisor.stop()
             self.cleanup()
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum in STOP_SIGNALS:
                 loop.remove_signal_handler(signum)
         summary = ", ".join(f"{name} ({describe_exit(rc)})" if rc else name for name, rc in stopped)
         self.say(f"orrery-a2a up: stopped {summary or 'nothing'}")

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from stack.supervisor import Component, ComponentFailed, Supervisor, describe_exit
+from tests.stack.conftest import process_gone
 
 SERVE_THEN_WAIT = """
 import json, signal, sys, time
@@ -165,3 +170,38 @@ async def test_an_earlier_component_dying_during_a_later_start_is_named(
     assert str(failed.value) == "authz exited with code 5 while adapter was starting"
     assert "giving up" in failed.value.log_path.read_text()
     assert await supervisor.stop() == [("adapter", 0), ("authz", 5)]
+
+
+SUPERVISE_ONE = f"""
+import asyncio, sys
+from pathlib import Path
+from stack.supervisor import Component, Supervisor
+
+async def main():
+    supervisor = Supervisor(Path(sys.argv[1]))
+    child = Component("child", [sys.executable, "-c", {SERVE_THEN_WAIT!r}], {{}})
+    running = await supervisor.start(child)
+    print(running.pid, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_children_stop_when_the_supervisor_is_killed_outright(tmp_path: Path) -> None:
+    """SIGKILL leaves the supervisor no chance to stop anything: the kernel SIGTERMs the child."""
+    with subprocess.Popen(
+        [sys.executable, "-c", SUPERVISE_ONE, str(tmp_path / "logs")],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as supervisor:
+        assert supervisor.stdout is not None
+        child = int(supervisor.stdout.readline())
+        assert not process_gone(child)
+        os.kill(supervisor.pid, signal.SIGKILL)
+        supervisor.wait()
+    deadline = time.monotonic() + 10
+    while not process_gone(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process_gone(child)

@@ -17,7 +17,7 @@ import pytest
 
 from stack import cli
 from stack.runtime import ISSUER_KEY_FILE, STATE_FILE, pid_alive
-from tests.stack.conftest import LocalStackRun, cli_argv
+from tests.stack.conftest import LocalStackRun, cli_argv, process_gone
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
 
@@ -216,6 +216,32 @@ def test_ctrl_c_stops_every_component_and_removes_the_secrets(state_dir: Path) -
     assert not (state_dir / STATE_FILE).exists()
     assert not (state_dir / ISSUER_KEY_FILE).exists()
     assert (state_dir / "logs" / "envoy.log").exists()
+
+
+def test_a_closed_terminal_stops_every_component_and_removes_the_secrets(state_dir: Path) -> None:
+    """SIGHUP (the terminal went away) is a clean stop like Ctrl-C, not an abandoned stack."""
+    run = LocalStackRun.start(state_dir)
+    assert run.wait_for("is up at")
+    pids = {name: pid for name, (_, pid) in run.components.items()}
+    run.process.send_signal(signal.SIGHUP)
+    assert run.finish() == 0
+    assert run.lines[-1] == "orrery-a2a up: stopped envoy, adapter, authz, issuer"
+    assert not [name for name, pid in pids.items() if pid_alive(pid)]
+    assert not (state_dir / ISSUER_KEY_FILE).exists()
+
+
+def test_killing_up_outright_stops_every_component(state_dir: Path) -> None:
+    """SIGKILL gives `up` no chance to clean up; the kernel still stops all four, so no port
+    stays taken (the next `up` removes the secrets left behind)."""
+    run = LocalStackRun.start(state_dir)
+    assert run.wait_for("is up at")
+    pids = {name: pid for name, (_, pid) in run.components.items()}
+    run.process.kill()
+    run.finish()
+    deadline = time.monotonic() + 20
+    while [pid for pid in pids.values() if not process_gone(pid)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [name for name, pid in pids.items() if not process_gone(pid)]
 
 
 def test_a_component_that_dies_stops_the_stack_and_is_named(state_dir: Path) -> None:
