@@ -54,7 +54,8 @@ class Component:
 def _terminate_with_parent() -> Callable[[], None] | None:
     """A `preexec_fn` asking the kernel to SIGTERM the child when the supervisor dies (Linux;
     elsewhere None). The signal follows the thread that forked, which is the event loop's: the
-    supervisor lives as long as that thread does."""
+    supervisor lives as long as that thread does. Code between fork and exec must not wait on a
+    lock another thread may hold, so the hook only makes two system calls."""
     if not sys.platform.startswith("linux"):
         return None
     libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork: the hook only calls into it
