@@ -24,6 +24,7 @@ from adapter.approvals import ApprovalsEndpoint, MemoryConfirmationStore
 from adapter.card import PublicCardEndpoint, extended_card, public_card
 from adapter.executor import GatewayExecutor, TaskContextBuilder
 from adapter.gateway import AgentGateway, ConfirmationStore, GatewayContext, load_gateway
+from adapter.handler import RequestHandler
 from adapter.jsonrpc import Dispatcher, Drain
 from adapter.limits import Limiter, MemoryLimiter, RedisLimiter
 from adapter.metrics import Metrics
@@ -112,7 +113,8 @@ def _assemble(
     async def live_extended_card(base: pb.AgentCard, context: ServerCallContext) -> pb.AgentCard:
         return extended_card(base, await gateway.inventory())
 
-    handler = DefaultRequestHandler(
+    handler = RequestHandler(
+        confirmations=gateway.confirmations,
         agent_executor=GatewayExecutor(gateway, approvals_base_url(settings.public_url)),
         task_store=stores.tasks,
         agent_card=card,

@@ -11,10 +11,12 @@ The rules (ADR-007, DESIGN "Approvals"), and where each is enforced:
 * Single use: the gate moves `approved` to `consumed` atomically, once.
 * Expiry: `expires_at` bounds both the decision and the consumption; afterwards nothing runs.
 * Deny is final.
+* Cancelling the task withdraws its action (`CancelTask`, see `handler.py`): it never runs, and a
+  decision that comes later is told so (409 withdrawn) instead of "approved; the agent continues".
 
 Answers (JSON `{"action_id", "status", "message"}`): 200 approved/denied, 400 bad_request,
-404 not_found, 409 already_decided, 410 expired; 401 (`{"error", "error_description"}`) without a
-valid human assertion.
+404 not_found, 409 already_decided or withdrawn, 410 expired; 401 (`{"error",
+"error_description"}`) without a valid human assertion.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ _ANSWERS: Mapping[DecisionOutcome, tuple[int, str]] = {
     "not_found": (404, "no action with this id awaits your decision"),
     "expired": (410, "this action expired before a decision; nothing will run"),
     "already_decided": (409, "this action was already decided"),
+    "withdrawn": (409, "the task waiting on this action was cancelled; nothing will run"),
 }
 
 
@@ -128,8 +131,8 @@ class MemoryConfirmationStore:
         entry = await self.get(action_id, subject=subject)
         if entry is None:
             return "not_found"
-        if entry.status == "expired":
-            return "expired"
+        if entry.status in ("expired", "withdrawn"):
+            return entry.status
         if entry.status != "pending":
             return "already_decided"
         outcome: DecisionOutcome = "approved" if decision == "approve" else "denied"
@@ -147,6 +150,11 @@ class MemoryConfirmationStore:
             self._set(entry, "consumed")
             return "approved"
         return entry.status
+
+    async def withdraw(self, action_id: str, *, owner: str) -> None:
+        entry = self._entries.get(action_id)
+        if entry is not None and entry.owner == owner and entry.status in ("pending", "approved"):
+            self._set(entry, "withdrawn")
 
     async def ping(self) -> None:
         return None

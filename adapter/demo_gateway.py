@@ -172,6 +172,7 @@ class DemoGateway:
             "denied": "was denied",
             "expired": "expired before it was approved",
             "consumed": "was already carried out",
+            "withdrawn": "was withdrawn when its task was cancelled",
             "not_found": "is unknown",
         }
         return Reply(

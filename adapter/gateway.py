@@ -24,12 +24,16 @@ from authz.principal import Principal
 
 DEFAULT_GATEWAY = "adapter.demo_gateway:create"
 
-Status = Literal["pending", "approved", "denied", "consumed", "expired"]
+Status = Literal["pending", "approved", "denied", "consumed", "expired", "withdrawn"]
 Decision = Literal["approve", "deny"]
 # What deciding answered: the new state, or why nothing changed.
-DecisionOutcome = Literal["approved", "denied", "not_found", "expired", "already_decided"]
+DecisionOutcome = Literal[
+    "approved", "denied", "not_found", "expired", "already_decided", "withdrawn"
+]
 # What the gate found when a turn resumed: "approved" means it consumed the approval just now.
-GateOutcome = Literal["approved", "denied", "pending", "expired", "consumed", "not_found"]
+GateOutcome = Literal[
+    "approved", "denied", "pending", "expired", "consumed", "withdrawn", "not_found"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,7 @@ class Pending:
     summary: str
 
 
+@runtime_checkable
 class ConfirmationStore(Protocol):
     """Where pending guarded actions and their decisions live (memory or PostgreSQL)."""
 
@@ -121,6 +126,10 @@ class ConfirmationStore(Protocol):
 
     async def consume(self, action_id: str, *, owner: str) -> GateOutcome:
         """The gate: turn an approval of `owner`'s action into one execution."""
+
+    async def withdraw(self, action_id: str, *, owner: str) -> None:
+        """`owner` cancelled the task waiting on this action: a pending or approved action
+        becomes `withdrawn` — never to run, and a later decision is told so."""
 
     async def ping(self) -> None:
         """Raise if the store cannot be reached (readiness)."""
@@ -198,5 +207,12 @@ async def load_gateway(spec: str | None, context: GatewayContext) -> AgentGatewa
         raise GatewayLoadError(
             f"ORRERY_A2A_GATEWAY: {spec!r} did not return an AgentGateway "
             "(confirmations, inventory(), run_in_session())"
+        )
+    # Checked now rather than at the first cancel or decision: a store written against an older
+    # seam (without `withdraw`, say) would otherwise fail in the middle of a request.
+    if not isinstance(gateway.confirmations, ConfirmationStore):
+        raise GatewayLoadError(
+            f"ORRERY_A2A_GATEWAY: {spec!r} has a confirmation store without every "
+            "ConfirmationStore member (shared, propose, get, decide, consume, withdraw, ping)"
         )
     return gateway

@@ -375,7 +375,7 @@ class PostgresConfirmationStore:
         entry = await self.get(action_id, subject=subject)
         if entry is None:
             return "not_found"
-        return "expired" if entry.status == "expired" else "already_decided"
+        return entry.status if entry.status in ("expired", "withdrawn") else "already_decided"
 
     async def consume(self, action_id: str, *, owner: str) -> GateOutcome:
         await self._expire("action_id = $1 AND owner = $2", action_id, owner)
@@ -395,6 +395,15 @@ class PostgresConfirmationStore:
             owner,
         )
         return "not_found" if status is None else status
+
+    async def withdraw(self, action_id: str, *, owner: str) -> None:
+        await self._pool.execute(
+            f"""UPDATE {self._a} SET status = 'withdrawn', decided_at = $3
+                WHERE action_id = $1 AND owner = $2 AND status IN ('pending', 'approved')""",  # noqa: S608
+            action_id,
+            owner,
+            self._clock(),
+        )
 
     async def ping(self) -> None:
         await self._pool.fetchval("SELECT 1")

@@ -7,6 +7,7 @@ text) and to hold turns open (in-flight caps, streams, shutdown).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 
 from adapter.demo_gateway import SPECIALISTS, DemoGateway
@@ -38,3 +39,17 @@ class RecordingGateway:
 
 def create(context: GatewayContext) -> RecordingGateway:
     return RecordingGateway(context)
+
+
+class StoreWithoutWithdraw:
+    """A confirmation store written before `withdraw` existed (every other member delegated)."""
+
+    def __init__(self, store: ConfirmationStore) -> None:
+        self.shared = store.shared
+        self.propose, self.get, self.decide = store.propose, store.get, store.decide
+        self.consume, self.ping = store.consume, store.ping
+
+
+def create_with_an_old_store(context: GatewayContext) -> RecordingGateway:
+    old = StoreWithoutWithdraw(context.confirmations)
+    return RecordingGateway(dataclasses.replace(context, confirmations=old))  # type: ignore[arg-type]

@@ -12,9 +12,11 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
 from adapter.approvals import MemoryConfirmationStore
-from adapter.gateway import REDACTED, redact
+from adapter.errors import GatewayLoadError
+from adapter.gateway import REDACTED, AgentGateway, GatewayContext, load_gateway, redact
 from authz.principal import Principal
 from tests.adapter.conftest import (
+    FAKE_GATEWAY,
     PROPOSAL,
     Server,
     delegated,
@@ -169,6 +171,42 @@ async def test_denied_action_never_runs(server: Server) -> None:
     assert "denied" in status_text(done)
 
 
+async def cancel(server: Server, task: pb.Task, agent: Principal = AGENT) -> pb.Task:
+    async with server.client(agent) as client:
+        return await client.cancel_task(pb.CancelTaskRequest(id=task.id))
+
+
+async def test_cancelling_the_task_withdraws_its_pending_action(server: Server) -> None:
+    """After CancelTask the human is told the action was withdrawn, not that the agent goes on."""
+    task, data = await propose(server)
+    assert (await cancel(server, task)).status.state == pb.TASK_STATE_CANCELED
+    response = await decide(server, data["action_id"])
+    assert response.status_code == 409
+    assert response.json() == {
+        "action_id": data["action_id"],
+        "status": "withdrawn",
+        "message": "the task waiting on this action was cancelled; nothing will run",
+    }
+
+
+async def test_cancelling_after_approval_withdraws_the_approval(server: Server) -> None:
+    """An approval not yet used dies with its task: it is withdrawn, never consumed."""
+    task, data = await propose(server)
+    assert (await decide(server, data["action_id"])).status_code == 200
+    await cancel(server, task)
+    async with server.http(human("alice"), "approvals") as http:
+        shown = await http.get(f"/approvals/{data['action_id']}")
+    assert shown.json()["status"] == "withdrawn"
+
+
+async def test_another_agents_cancel_withdraws_nothing(server: Server) -> None:
+    """A cancel refused as not found (another owner's task) leaves the action decidable."""
+    task, data = await propose(server)
+    with pytest.raises(TaskNotFoundError):
+        await cancel(server, task, agent=delegated("other-bot", "alice"))
+    assert (await decide(server, data["action_id"])).json()["status"] == "approved"
+
+
 async def test_expired_action_cannot_be_approved_or_run() -> None:
     """After the TTL the decision is 410 expired and the resumed turn does nothing."""
     async with running({"ORRERY_A2A_APPROVAL_TTL": "1s"}) as server:
@@ -281,3 +319,11 @@ async def test_memory_store_approval_expires_before_consumption() -> None:
     now[0] += 61
     assert await store.consume(entry.action_id, owner="k1") == "expired"
     assert time.time() > 0
+
+
+async def test_a_gateway_whose_store_cannot_withdraw_is_refused_at_load() -> None:
+    """A confirmation store missing a member fails start-up, not a CancelTask half-way."""
+    context = GatewayContext(MemoryConfirmationStore(), approval_ttl=60)
+    with pytest.raises(GatewayLoadError, match="withdraw"):
+        await load_gateway("tests.adapter.fakes:create_with_an_old_store", context)
+    assert isinstance(await load_gateway(FAKE_GATEWAY, context), AgentGateway)

@@ -17,6 +17,8 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf import timestamp_pb2
 
+from adapter.approvals import MemoryConfirmationStore
+from adapter.gateway import ConfirmationStore
 from adapter.postgres import PostgresStores, PostgresTaskStore
 from adapter.principal import PrincipalUser
 from adapter.task_store import BoundedTaskStore
@@ -224,6 +226,63 @@ async def _confirmation_rules(stores: PostgresStores, now: list[float]) -> None:
     now[0] += 61
     assert await store.decide(late.action_id, subject="alice", decision="approve") == "expired"
     assert (await store.get(late.action_id, subject="alice")).status == "expired"
+
+
+@pytest.fixture
+async def confirmations(backend: str | None) -> AsyncIterator[ConfirmationStore]:
+    if backend is None:
+        yield MemoryConfirmationStore()
+        return
+    async with fresh_schema(backend) as schema:
+        stores = await PostgresStores.open(backend, schema)
+        try:
+            yield stores.confirmations
+        finally:
+            await stores.close()
+
+
+async def test_withdrawn_action_can_be_neither_decided_nor_run(
+    confirmations: ConfirmationStore,
+) -> None:
+    """The owner withdraws a pending action: deciding and consuming both answer `withdrawn`."""
+    entry = await confirmations.propose(PROPOSAL)
+    await confirmations.withdraw(entry.action_id, owner="k1")
+    assert await confirmations.decide(entry.action_id, subject="alice", decision="approve") == (
+        "withdrawn"
+    )
+    assert await confirmations.consume(entry.action_id, owner="k1") == "withdrawn"
+    assert (await confirmations.get(entry.action_id, subject="alice")).status == "withdrawn"
+
+
+async def test_an_approved_action_withdrawn_never_runs(confirmations: ConfirmationStore) -> None:
+    """Approved but not yet consumed: withdrawing still wins over the gate."""
+    entry = await confirmations.propose(PROPOSAL)
+    await confirmations.decide(entry.action_id, subject="alice", decision="approve")
+    await confirmations.withdraw(entry.action_id, owner="k1")
+    assert await confirmations.consume(entry.action_id, owner="k1") == "withdrawn"
+
+
+async def test_only_the_owner_can_withdraw(confirmations: ConfirmationStore) -> None:
+    """Another owner's withdraw changes nothing; the action stays decidable."""
+    entry = await confirmations.propose(PROPOSAL)
+    await confirmations.withdraw(entry.action_id, owner="k2")
+    assert await confirmations.decide(entry.action_id, subject="alice", decision="approve") == (
+        "approved"
+    )
+
+
+async def test_a_settled_action_is_not_rewritten_by_withdraw(
+    confirmations: ConfirmationStore,
+) -> None:
+    """Denied and consumed stay what they are: withdraw only stops what could still run."""
+    denied = await confirmations.propose(PROPOSAL)
+    await confirmations.decide(denied.action_id, subject="alice", decision="deny")
+    consumed = await confirmations.propose(PROPOSAL)
+    await confirmations.decide(consumed.action_id, subject="alice", decision="approve")
+    await confirmations.consume(consumed.action_id, owner="k1")
+    for entry, status in ((denied, "denied"), (consumed, "consumed")):
+        await confirmations.withdraw(entry.action_id, owner="k1")
+        assert (await confirmations.get(entry.action_id, subject="alice")).status == status
 
 
 async def test_postgres_sweep_drops_idle_tasks_and_settled_approvals(database_url: str) -> None:

@@ -88,6 +88,24 @@ async def test_a_non_ascii_person_approves_on_the_shared_stores(replicated_edge:
     assert resumed.status.state == pb.TASK_STATE_COMPLETED
 
 
+async def test_a_cancelled_task_withdraws_its_action_on_every_replica(
+    replicated_edge: Edge,
+) -> None:
+    """Cancel on whichever adapter Envoy picks: the approval is withdrawn in the shared store, so
+    the person is told nothing will run, by whichever adapter answers them."""
+    edge = replicated_edge
+    user = unique("user")
+    token = edge.token(subject=user, agent=unique("agent"))
+    async with edge.client(token) as client:
+        tasks = [await send(client, text_message("restart checkout")) for _ in REPLICAS]
+        for task in tasks:
+            await client.cancel_task(pb.CancelTaskRequest(id=task.id))
+    human = edge.token("human", subject=user)
+    for task in tasks:
+        decided = await edge.decide(human, status_data(task)["action_id"])
+        assert (decided.status_code, decided.json()["status"]) == (409, "withdrawn")
+
+
 async def test_a_nul_in_the_subject_is_refused_before_the_stores(replicated_edge: Edge) -> None:
     """A token whose sub holds NUL is a 401 at authz; it never reaches PostgreSQL."""
     token = replicated_edge.token(subject="x\u0000y")
