@@ -76,17 +76,24 @@ def backend(request: pytest.FixtureRequest) -> str | None:
     return str(request.getfixturevalue("database_url"))
 
 
+@contextlib.asynccontextmanager
+async def postgres_stores(database_url: str) -> AsyncIterator[PostgresStores]:
+    """Both PostgreSQL stores on a fresh schema, closed afterwards."""
+    async with fresh_schema(database_url) as schema:
+        stores = await PostgresStores.open(database_url, schema)
+        try:
+            yield stores
+        finally:
+            await stores.close()
+
+
 @pytest.fixture
 async def store(backend: str | None) -> AsyncIterator[Any]:
     if backend is None:
         yield BoundedTaskStore()
         return
-    async with fresh_schema(backend) as schema:
-        stores = await PostgresStores.open(backend, schema)
-        try:
-            yield Unversioned(stores.tasks)
-        finally:
-            await stores.close()
+    async with postgres_stores(backend) as stores:
+        yield Unversioned(stores.tasks)
 
 
 async def test_get_is_owner_scoped(store: Any) -> None:
@@ -233,12 +240,8 @@ async def confirmations(backend: str | None) -> AsyncIterator[ConfirmationStore]
     if backend is None:
         yield MemoryConfirmationStore()
         return
-    async with fresh_schema(backend) as schema:
-        stores = await PostgresStores.open(backend, schema)
-        try:
-            yield stores.confirmations
-        finally:
-            await stores.close()
+    async with postgres_stores(backend) as stores:
+        yield stores.confirmations
 
 
 async def test_withdrawn_action_can_be_neither_decided_nor_run(
