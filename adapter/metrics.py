@@ -3,7 +3,7 @@
 * `orrery_a2a_requests_total{method, outcome}` — every request: the JSON-RPC method (or the route:
   `approvals`, `unknown`) and its outcome (`ok`, a refusal reason, or a JSON-RPC error reason such
   as `TASK_NOT_FOUND`).
-* `orrery_a2a_request_seconds{method}` — handling time (to the response head for streams).
+* `orrery_a2a_request_seconds{method}` — handling time (for a stream, until it ends).
 * `orrery_a2a_turns_in_flight` — turns holding an in-flight slot in this process.
 * `orrery_a2a_tasks_stored` — tasks in the task store (all owners), read at scrape time.
 """
@@ -25,7 +25,7 @@ class Metrics:
         )
         self.seconds = Histogram(
             "orrery_a2a_request_seconds",
-            "Time to answer a request (to the response head for streams).",
+            "Time to answer a request (for a stream, until it ends).",
             ["method"],
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=self.registry,
