@@ -19,6 +19,7 @@ from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.types import a2a_pb2 as pb
 from aiohttp import web
+from opentelemetry import trace
 
 from adapter.approvals import ApprovalsEndpoint, MemoryConfirmationStore
 from adapter.card import PublicCardEndpoint, extended_card, public_card
@@ -30,6 +31,7 @@ from adapter.limits import Limiter, MemoryLimiter, RedisLimiter
 from adapter.metrics import Metrics
 from adapter.settings import AdapterSettings
 from adapter.task_store import BoundedTaskStore
+from adapter.tracing import traced
 from authz import logs
 from authz.errors import ConfigError
 
@@ -78,8 +80,13 @@ GATEWAY = web.AppKey("gateway", AgentGateway)
 METRICS = web.AppKey("metrics", Metrics)
 
 
-async def make_app(settings: AdapterSettings) -> web.Application:
-    """Build the whole adapter; raises `ConfigError` when the settings cannot work together."""
+async def make_app(
+    settings: AdapterSettings, *, tracer_provider: trace.TracerProvider | None = None
+) -> web.Application:
+    """Build the whole adapter; raises `ConfigError` when the settings cannot work together.
+
+    Spans go to `tracer_provider`, or to the global one (a no-op unless an OpenTelemetry SDK was
+    installed, e.g. by `opentelemetry-instrument`)."""
     stores = await open_stores(settings)
     limiter: Limiter = (
         RedisLimiter(settings.redis_url, settings.max_in_flight)
@@ -95,7 +102,13 @@ async def make_app(settings: AdapterSettings) -> web.Application:
         await limiter.close()
         await stores.close()
         raise
-    return _assemble(settings, stores, limiter, gateway)
+    return _assemble(
+        settings,
+        stores,
+        limiter,
+        gateway,
+        trace.get_tracer("adapter", tracer_provider=tracer_provider),
+    )
 
 
 def _check_replicas(settings: AdapterSettings, gateway: AgentGateway) -> None:
@@ -106,7 +119,11 @@ def _check_replicas(settings: AdapterSettings, gateway: AgentGateway) -> None:
 
 
 def _assemble(
-    settings: AdapterSettings, stores: Stores, limiter: Limiter, gateway: AgentGateway
+    settings: AdapterSettings,
+    stores: Stores,
+    limiter: Limiter,
+    gateway: AgentGateway,
+    tracer: trace.Tracer,
 ) -> web.Application:
     card = public_card(settings.public_url)
 
@@ -143,11 +160,12 @@ def _assemble(
     app[AGENT] = handler
     app[GATEWAY] = gateway
     app[METRICS] = metrics
-    app.router.add_post("/a2a", dispatcher.handle)
-    app.router.add_post("/a2a/", dispatcher.handle)
+    a2a = traced(tracer, "A2A", dispatcher.handle)
+    app.router.add_post("/a2a", a2a)
+    app.router.add_post("/a2a/", a2a)
     app.router.add_get("/.well-known/agent-card.json", PublicCardEndpoint(card).handle)
-    app.router.add_post("/approvals/{action_id}", approvals.decide)
-    app.router.add_get("/approvals/{action_id}", approvals.show)
+    app.router.add_post("/approvals/{action_id}", traced(tracer, "approvals", approvals.decide))
+    app.router.add_get("/approvals/{action_id}", traced(tracer, "approvals", approvals.show))
     app.router.add_get("/healthz", probes.healthz)
     app.router.add_get("/readyz", probes.readyz)
     app.router.add_get("/metrics", probes.metrics)

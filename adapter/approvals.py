@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
+from adapter import tracing
 from adapter.errors import Refusal
 from adapter.gateway import (
     Confirmation,
@@ -255,6 +256,7 @@ class ApprovalsEndpoint:
         decision: str | None = None,
     ) -> None:
         self._metrics.requests.labels(f"approvals_{action}", outcome).inc()
+        tracing.annotate(f"approvals {action}", {"orrery.outcome": outcome})
         logs.event(
             logger,
             "approval_request",

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from aiohttp import web
 from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from google.protobuf.message import Message as ProtoMessage
 
+from adapter import tracing
 from adapter.errors import BodyTooLarge, Refusal
 from adapter.executor import SLOT_STATE
 from adapter.limits import Limiter, Slot
@@ -105,8 +105,6 @@ _INTERRUPTED_OR_TERMINAL = frozenset(
 _JSON = "application/json"
 KEEPALIVE = b": keep-alive\n\n"  # an SSE comment: keeps the connection busy, never an event
 
-TRACE_LINK_HEADER = "x-orrery-trace-link"
-_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 RpcId = str | int | None
 
@@ -142,13 +140,6 @@ def error_body(rpc_id: RpcId, error: A2AError) -> dict[str, Any]:
 
 def error_reason(error: A2AError) -> str:
     return str(build_error_details(error)[0]["reason"])
-
-
-def trace_link(request: web.Request) -> str | None:
-    """The caller's W3C traceparent that authz moved to `x-orrery-trace-link` (a link, never a
-    parent), when well-formed; logged so the adapter's events join the caller's trace."""
-    value = request.headers.get(TRACE_LINK_HEADER, "")
-    return value if _TRACEPARENT.fullmatch(value) else None
 
 
 def _version(request: web.Request) -> tuple[int, int] | None:
@@ -293,6 +284,15 @@ class Dispatcher:
         if method not in PARAMS:
             method = "unknown"
         self._metrics.observe(method, outcome, seconds)
+        tracing.annotate(
+            f"A2A {method}",
+            {
+                "rpc.system": "jsonrpc",
+                "rpc.method": method,
+                "orrery.outcome": outcome,
+                "orrery.principal.kind": principal.kind if principal else "none",
+            },
+        )
         logs.event(
             logger,
             "a2a_request",
@@ -301,7 +301,7 @@ class Dispatcher:
             status=response.status,
             principal=principal.key if principal else None,
             request_id=request.headers.get("x-request-id"),
-            trace_link=trace_link(request),
+            trace_link=tracing.trace_link(request),
             duration_ms=round(seconds * 1000, 3),
         )
         return response

@@ -21,6 +21,7 @@ import pytest
 from a2a.client import Client, ClientConfig, ClientFactory
 from a2a.types import a2a_pb2 as pb
 from aiohttp import web
+from opentelemetry.trace import TracerProvider
 
 from adapter.app import GATEWAY, bind, make_app, start
 from adapter.gateway import Proposal
@@ -163,11 +164,13 @@ def settings_for(base: str, env: Mapping[str, str] | None = None) -> AdapterSett
 
 
 @asynccontextmanager
-async def running(env: Mapping[str, str] | None = None) -> AsyncIterator[Server]:
+async def running(
+    env: Mapping[str, str] | None = None, *, tracer_provider: TracerProvider | None = None
+) -> AsyncIterator[Server]:
     """The adapter app on 127.0.0.1:<free port>, with the recording gateway by default."""
     sock = bind("127.0.0.1", 0)
     base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    app = await make_app(settings_for(base, env))
+    app = await make_app(settings_for(base, env), tracer_provider=tracer_provider)
     runner = await start(app, sock, shutdown_timeout=5)
     try:
         yield Server(base, app, runner)
