@@ -6,11 +6,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from adapter import tracing
 from tests.adapter.conftest import Server, delegated, human, running
 
 ALICE_BOT = delegated("bot", "alice")
@@ -30,11 +33,17 @@ class Traced:
         return span
 
 
-@pytest.fixture
-async def traced() -> AsyncIterator[Traced]:
+def recording() -> tuple[TracerProvider, InMemorySpanExporter]:
+    """A tracer provider whose finished spans the test can read."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+@pytest.fixture
+async def traced() -> AsyncIterator[Traced]:
+    provider, exporter = recording()
     async with running(tracer_provider=provider) as server:
         yield Traced(server, exporter)
 
@@ -130,3 +139,19 @@ async def test_a_stream_is_one_span_that_ends_with_the_stream(traced: Traced) ->
     span = traced.only_span()
     assert span.name == "A2A SendStreamingMessage"
     assert (span.attributes or {})["orrery.outcome"] == "ok"
+
+
+async def test_an_exception_is_recorded_by_type_only() -> None:
+    """A handler that raises: the span says ERROR and the type, never the exception's text."""
+    provider, exporter = recording()
+
+    async def failing(request: web.Request) -> web.StreamResponse:
+        raise ValueError("secret-from-the-request")
+
+    handler = tracing.traced(provider.get_tracer("t"), "A2A", failing)
+    with pytest.raises(ValueError, match="secret"):
+        await handler(make_mocked_request("POST", "/a2a"))
+    (span,) = exporter.get_finished_spans()
+    assert (span.status.status_code, span.status.description) == (StatusCode.ERROR, "ValueError")
+    assert span.events == ()
+    assert "secret" not in repr(span.to_json())
