@@ -70,7 +70,7 @@ async def open_stores(settings: AdapterSettings) -> Stores:
 
 
 def approvals_base_url(public_url: str) -> str:
-    """Origin of `ORRERY_A2A_PUBLIC_URL` + `/approvals` (CONTRACTS.md)."""
+    """Origin of `ORRERY_A2A_PUBLIC_URL` + `/approvals` (docs/contract.md#approvals)."""
     parts = urlsplit(public_url)
     return f"{parts.scheme}://{parts.netloc}/approvals"
 

@@ -1,6 +1,6 @@
 """Human approvals of guarded actions: the `/approvals/{action_id}` endpoint and the memory store.
 
-The rules (ADR-007, DESIGN "Approvals"), and where each is enforced:
+The rules (docs/contract.md#approvals and D5 in docs/decisions.md), and where each is enforced:
 
 * Only the delegating human decides: the request must carry an assertion for the `approvals`
   surface (kind `human`, enforced by the codec), and the store only lets a human whose *subject*

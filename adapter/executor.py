@@ -13,8 +13,10 @@ A follow-up message on an input-required task resumes the turn: the action id co
 *stored* task status (server data), never from the message, and the message text — whatever it
 says — is not a decision. Intermediate gateway events never leave the server.
 
-`TaskContextBuilder` fixes research §5 trap 14: a follow-up that names only `taskId` gets the
-task's `contextId` (the SDK would invent a new one and then fail the turn with -32602).
+`TaskContextBuilder` fixes an a2a-sdk gap
+(docs/a2a-notes.md#a-follow-up-naming-only-taskid-gets-a-new-contextid): a follow-up that names
+only `taskId` gets the task's `contextId` (the SDK would invent a new one and then fail the turn
+with -32602).
 """
 
 from __future__ import annotations

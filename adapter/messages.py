@@ -1,10 +1,11 @@
 """Message rules: what a client may send into a turn (checked before the gateway runs).
 
-ADR-007: text parts only, so a client cannot inject a tool/function response into the agent's
-loop; at most 8192 characters in total (the console's limit); a part may declare no media type or
-`text/plain` only. Text that *looks like* a function call or response — a JSON-ish object with a
-`functionCall`, `function_response`, `tool_result`… member — is refused too, because an agent
-framework downstream may parse it back into one.
+Text parts only, so a client cannot inject a tool/function response into the agent's loop
+(docs/decisions.md#d1-a-thin-a2a-adapter-on-the-gateway-not-the-frameworks-to_a2a); at most 8192
+characters in total (the console's limit); a part may declare no media type or `text/plain` only.
+Text that *looks like* a function call or response — a JSON-ish object with a `functionCall`,
+`function_response`, `tool_result`… member — is refused too, because an agent framework
+downstream may parse it back into one.
 
 Each refusal is a spec error (-32005 for a non-text part or media type, -32602 otherwise) whose
 `ErrorInfo.metadata.rule` is a stable code: `non_text_part`, `media_type`, `role`, `empty`,

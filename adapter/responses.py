@@ -1,8 +1,8 @@
 """HTTP answers for refusals that happen before (or outside) JSON-RPC processing.
 
 * 401: `{"error": "<reason>", "error_description": "…"}` with `WWW-Authenticate: Bearer
-  realm="orrery-a2a"` (CONTRACTS.md), for a missing/invalid assertion on any surface;
-* 429: `Retry-After` and a JSON-RPC error body (DESIGN: "a JSON-RPC error body"), id null because
+  realm="orrery-a2a"` (docs/contract.md#headers), for a missing/invalid assertion on any surface;
+* 429: `Retry-After` and a JSON-RPC error body (docs/contract.md#turns-in-flight), id null because
   the body was not read, code -32000 (JSON-RPC's implementation-defined server-error range, outside
   A2A's -32001…-32009), `ErrorInfo{reason: TOO_MANY_IN_FLIGHT, domain: orrery-a2a}`;
 * anything else (413, 503): `{"error", "error_description"}`.

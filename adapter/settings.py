@@ -1,7 +1,7 @@
 """Adapter settings: one frozen object built from the environment, passed explicitly.
 
-`AdapterSettings.from_env(env)` reads every variable the adapter uses (DESIGN.md "Configuration"
-plus the adapter's own tuning knobs), reports every bad one at once through `EnvReader`, and never
+`AdapterSettings.from_env(env)` reads every variable the adapter uses
+(docs/contract.md#adapter-variables), reports every bad one at once through `EnvReader`, and never
 echoes a secret. Nothing else in the package reads `os.environ`.
 """
 

@@ -1,7 +1,7 @@
 """One OpenTelemetry server span per A2A or approvals request, *linked* to the caller's trace.
 
 authz moves the caller's `traceparent` to `x-orrery-trace-link` and removes `traceparent` and
-`tracestate` (DESIGN request path): a caller must not graft our spans into a trace it controls —
+`tracestate` (docs/contract.md#traces): a caller must not graft our spans into a trace it controls —
 choose our trace ids, claim our spans as its children, or force our sampling. So nothing the caller
 sent ever becomes the parent of a span here; when the link header holds a valid W3C traceparent,
 the span carries a *link* to it, which trace UIs show as "follows from" the caller's span.

@@ -1,6 +1,6 @@
 """The request headers, checked before any cryptography: reserved names, the hop, the bearer.
 
-These are the cheapest refusals (DESIGN request path 4.1 to 4.3), so they run first:
+These are the cheapest refusals (docs/contract.md#authzs-denials), so they run first:
 
 1. a client may not send anything in our `x-orrery-` namespace except the hop header — those
    names carry what authz asserts (`x-orrery-principal`, `x-orrery-trace-link`), and a client

@@ -1,6 +1,7 @@
 """The decision: one request view in, Allow or Deny out — independent of how Envoy asked.
 
-`Decider.decide` runs DESIGN's request path step 4 in order, cheapest refusal first:
+`Decider.decide` runs authz's checks (docs/contract.md#authzs-denials) in order, cheapest
+refusal first:
 
     0. route labels     unknown surface → 403 forbidden; no x-request-id → 400 bad_request
     1. reserved header  → 400 reserved_header
@@ -125,7 +126,8 @@ class Decider:
 
 @functools.lru_cache(maxsize=4096)
 def limit_key(surface: Surface, subject: str) -> str:
-    """Budgets are per subject and per surface (CONTRACTS): `a2a:<sub>`, `approvals:<sub>`."""
+    """Budgets are per subject and per surface: `a2a:<sub>`, `approvals:<sub>`
+    (docs/contract.md#the-rate-limit-subject)."""
     return f"{surface}:{quote(subject, safe='')}"
 
 

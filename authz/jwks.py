@@ -8,7 +8,8 @@ the current `KeySet` and keeps it fresh:
 * a token naming an unknown `kid` may trigger one reload, but at most one per `cooldown` (counted
   from the last load of any kind), and the unknown `kid` is then cached as unknown for that long —
   so a flood of random `kid`s costs at most one fetch per cooldown, never one per request
-  (the failure mode of go-oidc and Envoy's jwt_authn, research §4 #1 and #2);
+  (go-oidc refetches on every miss, Envoy's jwt_authn never:
+  docs/envoy-notes.md#unknown-kid-and-key-refetching);
 * concurrent reloads share one in-flight load (singleflight);
 * when loads fail, the last good keys are kept for at most `stale` seconds after the last
   successful load; after that the store is not usable, authz answers NOT_SERVING and denies.

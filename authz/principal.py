@@ -1,4 +1,6 @@
-"""Who is calling: the principal (ADR-006), its unambiguous key, and how authz derives it.
+"""Who is calling: the principal, its unambiguous key, and how authz derives it.
+
+The contract is docs/contract.md#principals.
 
 A principal is the *whole* identity of a caller: its kind, the OAuth client it uses, the agent
 acting (for a delegated call) and the subject (the delegating user, or the client itself for a

@@ -26,7 +26,7 @@ SUPPORTED_ALGORITHMS: frozenset[str] = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 )
 DEFAULT_ALGORITHMS = "RS256,PS256,ES256,EdDSA"
-# Pinned by DESIGN "Token rules": clock leeway for exp/nbf/iat.
+# Pinned by docs/contract.md#bearer-tokens: clock leeway for exp/nbf/iat.
 LEEWAY_SECONDS = 60
 
 _PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}

@@ -1,4 +1,4 @@
-"""Bearer token verification, to DESIGN "Token rules" — every rule written out here.
+"""Bearer token verification, to docs/contract.md#bearer-tokens — every rule written out here.
 
 Why not `jwt.decode` alone: PyJWT picks the algorithm family from the header, accepts a JSON
 object with duplicate members (last one wins), treats a string `exp` loosely in some versions,

@@ -113,7 +113,7 @@ def make_token(key: Any, kid: str, alg: str) -> str:
 
 
 def grpc_frame(token: str) -> bytes:
-    """One CheckRequest as Envoy sends it (allowed_headers of CONTRACTS), in a gRPC frame."""
+    """One CheckRequest as Envoy sends it (its allowed_headers), in a gRPC frame."""
     request = CheckRequest()
     http = request.attributes.request.http
     http.method, http.path, http.host, http.scheme, http.protocol = (

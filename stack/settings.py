@@ -1,10 +1,11 @@
 """Settings of the local stack: where each process listens, where state and config live.
 
-Every address defaults to DESIGN's port and can be overridden by a flag of `orrery-a2a up` or the
-environment variable it stands for (the flag wins), so tests and a second stack can run on other
-ports. Port 0 asks the OS for a free port: the components report what they bound. With
-`ORRERY_A2A_REPLICAS` > 1 (`--replicas`), that many authz and adapter processes run behind the one
-Envoy, each on a free port of its configured host (what a pod with replicas looks like to Envoy).
+Every address defaults to its port in docs/contract.md#ports and can be overridden by a flag of
+`orrery-a2a up` or the environment variable it stands for (the flag wins), so tests and a second
+stack can run on other ports. Port 0 asks the OS for a free port: the components report what they
+bound. With `ORRERY_A2A_REPLICAS` > 1 (`--replicas`), that many authz and adapter processes run
+behind the one Envoy, each on a free port of its configured host (what a pod with replicas looks
+like to Envoy).
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ outlives it holding the stack's ports. Each child's stdout and stderr go to
 `<logs>/<name>.log`; stderr is also read line by line for the readiness event.
 
 Readiness is one of:
-* `SERVING` — the child logs a JSON line with `"event": "serving"` (CONTRACTS.md); its fields (the
-  real bound addresses) are returned, so children can start on port 0;
+* `SERVING` — the child logs a JSON line with `"event": "serving"`
+  (docs/contract.md#start-up-event); its fields (the real bound addresses) are returned, so
+  children can start on port 0;
 * a probe — an async callable polled until it returns the ready details (Envoy: the admin API).
 """
 

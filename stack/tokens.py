@@ -6,7 +6,7 @@
 * `human` — the person at the console, for the approvals surface (console audience, no `act`).
 
 The delegated and human defaults share the subject `dev-user`: the person who delegated is the
-one who may approve (CONTRACTS.md, "Dev stack").
+one who may approve (docs/contract.md#approvals).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Human approvals of guarded actions, including every abuse case ADR-007 names."""
+"""Human approvals of guarded actions, including every abuse case docs/adapter.md names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The JSON-RPC binding, wire level: research §5 traps and the dispatcher's refusals."""
+"""The JSON-RPC binding on the wire: A2A traps (docs/a2a-notes.md), the dispatcher's refusals."""
 
 from __future__ import annotations
 

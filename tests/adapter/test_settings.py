@@ -10,7 +10,7 @@ from tests.adapter.conftest import KEYS_SPEC
 
 
 def test_defaults() -> None:
-    """Only the assertion keys are required; the rest has DESIGN's defaults."""
+    """Only the assertion keys are required; the rest has the defaults of docs/contract.md."""
     settings = AdapterSettings.from_env({"ORRERY_A2A_ASSERTION_KEYS": KEYS_SPEC})
     assert settings.addr == ("127.0.0.1", 8081)
     assert settings.max_in_flight == 4

@@ -13,7 +13,7 @@ from tests.authz.support import Issuer, RunningAuthz, SigningKey, base_env, runn
 
 @pytest.fixture(scope="session")
 def signing_keys() -> list[SigningKey]:
-    """One key per algorithm DESIGN allows by default (RSA generation is slow: once a session)."""
+    """One key per algorithm allowed by default (RSA generation is slow: once a session)."""
     return [SigningKey.generate(alg) for alg in ("ES256", "RS256", "PS256", "EdDSA")]
 
 

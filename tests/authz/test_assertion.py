@@ -89,7 +89,7 @@ def test_round_trip_returns_the_signed_principal() -> None:
 
 
 def test_claims_match_the_design_table() -> None:
-    """The payload carries exactly the claims DESIGN's table lists."""
+    """The payload carries exactly the claims docs/contract.md#the-principal-assertion lists."""
     claims = claims_of(mint())
     assert set(claims) == {
         "iss",

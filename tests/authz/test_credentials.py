@@ -1,4 +1,4 @@
-"""Request-level refusals through the real gRPC service, in DESIGN's order, before any crypto."""
+"""Request-level refusals through the real gRPC service, in contract order, before any crypto."""
 
 from __future__ import annotations
 

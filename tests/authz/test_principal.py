@@ -1,4 +1,4 @@
-"""Principal derivation (ADR-006): the table, then the same rules end to end through Check."""
+"""Principal derivation (docs/contract.md#kinds): the table, then the same rules through Check."""
 
 from __future__ import annotations
 

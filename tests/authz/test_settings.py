@@ -28,7 +28,7 @@ def problems(env: dict[str, str]) -> list[str]:
 
 
 def test_defaults_match_the_design() -> None:
-    """With only the required variables, every default is DESIGN's."""
+    """With only the required variables, every default is docs/contract.md#authz-variables's."""
     settings = AuthzSettings.from_env(minimal_env())
     assert settings.addr == ("127.0.0.1", 9191)
     assert settings.metrics_addr == ("127.0.0.1", 9192)

@@ -1,4 +1,4 @@
-"""DESIGN "Token rules", one named test per rule, through the real gRPC service.
+"""docs/contract.md#bearer-tokens, one named test per rule, through the real gRPC service.
 
 Every forged token here is signed by a real key from the issuer's JWKS where that matters, so a
 refusal proves the rule — not merely a bad signature.

@@ -120,7 +120,7 @@ class RunningEnvoy:
 
 
 def header(name: str, value: str) -> base_pb2.HeaderValueOption:
-    """A header authz sets: replaces any existing value (CONTRACTS.md)."""
+    """A header authz sets: replaces any existing value (docs/contract.md#headers)."""
     return base_pb2.HeaderValueOption(
         header=base_pb2.HeaderValue(key=name, value=value),
         append=wrappers_pb2.BoolValue(value=False),

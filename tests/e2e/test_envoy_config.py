@@ -199,7 +199,7 @@ def test_ext_authz_calls_authz_over_grpc_v3_with_a_short_timeout(ext_authz: ExtA
 
 
 def test_ext_authz_sends_only_the_headers_authz_needs(ext_authz: ExtAuthz) -> None:
-    """allowed_headers is the CONTRACTS.md list plus the x-orrery- prefix; no body, no peer cert."""
+    """allowed_headers is the contract's list plus the x-orrery- prefix; no body, no peer cert."""
     assert ext_authz.allowed_headers is not None
     exact = {p.exact for p in ext_authz.allowed_headers.patterns if p.exact is not None}
     prefixes = {p.prefix for p in ext_authz.allowed_headers.patterns if p.prefix is not None}

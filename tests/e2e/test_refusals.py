@@ -1,7 +1,7 @@
-"""Every refusal of DESIGN's request path, through the real Envoy, authz and adapter.
+"""Every authz refusal (docs/contract.md#authzs-denials) through the real Envoy, authz and adapter.
 
 Each refusal is answered in front of the adapter with its status, its stable reason code and the
-headers DESIGN names (RFC 6750 challenges, IETF RateLimit fields); the adapter's own request
+headers the contract names (RFC 6750 challenges, IETF RateLimit fields); the adapter's own request
 counter proves it never saw the request.
 """
 
@@ -54,7 +54,7 @@ class Refusal:
     status: int
     reason: str
     headers: Callable[[Edge], dict[str, str]]
-    challenge: str | None = None  # the exact WWW-Authenticate, when DESIGN names one
+    challenge: str | None = None  # the exact WWW-Authenticate, when the contract names one
     extra: dict[str, str] = field(default_factory=dict)
 
 

@@ -1,4 +1,4 @@
-"""Dev token claims per kind (CONTRACTS.md "Dev stack") and the `token` command's failures."""
+"""Dev token claims per kind (docs/contract.md#kinds) and the `token` command's failures."""
 
 from __future__ import annotations
 
