@@ -23,10 +23,8 @@ import uuid
 from typing import Any
 
 from a2a.server.agent_execution import AgentExecutor, RequestContext, RequestContextBuilder
-from a2a.server.cluster.task_store import StoredTask, VersionedTaskStore
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
-from a2a.server.tasks import TaskStore
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 from google.protobuf import struct_pb2, timestamp_pb2
@@ -36,16 +34,9 @@ from adapter.limits import Slot
 from adapter.messages import check_message
 from adapter.principal import principal_of
 from adapter.sessions import session_id
+from adapter.stores.protocols import TERMINAL, SdkTaskStore, read_task
 
 SLOT_STATE = "orrery.slot"
-TERMINAL = frozenset(
-    {
-        pb.TASK_STATE_COMPLETED,
-        pb.TASK_STATE_FAILED,
-        pb.TASK_STATE_CANCELED,
-        pb.TASK_STATE_REJECTED,
-    }
-)
 
 
 def _status(state: int, message: pb.Message | None = None) -> pb.TaskStatus:
@@ -179,7 +170,7 @@ class GatewayExecutor(AgentExecutor):
 class TaskContextBuilder(RequestContextBuilder):
     """Builds the turn's `RequestContext`, inferring `contextId` from the task (spec §3.4.3)."""
 
-    def __init__(self, task_store: TaskStore | VersionedTaskStore) -> None:
+    def __init__(self, task_store: SdkTaskStore) -> None:
         self._task_store = task_store
 
     async def build(
@@ -191,9 +182,7 @@ class TaskContextBuilder(RequestContextBuilder):
         task: pb.Task | None = None,
     ) -> RequestContext:
         if task_id and not context_id:
-            stored = await self._task_store.get(task_id, context)  # owner-scoped
-            if isinstance(stored, StoredTask):
-                stored = stored.task
+            stored = await read_task(self._task_store, task_id, context)  # owner-scoped
             if stored is not None:
                 context_id = stored.context_id
         return RequestContext(
