@@ -19,15 +19,17 @@ from opentelemetry import trace
 
 from adapter.approvals import ApprovalsEndpoint
 from adapter.card import PublicCardEndpoint, extended_card, public_card
+from adapter.dispatch import Dispatcher
 from adapter.executor import GatewayExecutor, TaskContextBuilder
 from adapter.gateway import AgentGateway, GatewayContext, load_gateway
 from adapter.handler import RequestHandler
-from adapter.jsonrpc import Dispatcher, Drain
 from adapter.limits import Limiter, MemoryLimiter, RedisLimiter
 from adapter.metrics import Metrics
 from adapter.settings import AdapterSettings
 from adapter.stores import Stores, open_stores
+from adapter.streams import Drain, Streams
 from adapter.tracing import traced
+from adapter.turns import Turns
 from authz import logs
 from authz.errors import ConfigError
 
@@ -99,9 +101,13 @@ def _assemble(
     async def live_extended_card(base: pb.AgentCard, context: ServerCallContext) -> pb.AgentCard:
         return extended_card(base, await gateway.inventory())
 
+    metrics = Metrics()
+    turns = Turns(limiter, metrics)
     handler = RequestHandler(
         confirmations=gateway.confirmations,
-        agent_executor=GatewayExecutor(gateway, approvals_base_url(settings.public_url)),
+        agent_executor=turns.executor(
+            GatewayExecutor(gateway, approvals_base_url(settings.public_url))
+        ),
         task_store=stores.sdk_tasks,
         agent_card=card,
         request_context_builder=TaskContextBuilder(stores.sdk_tasks),
@@ -111,16 +117,14 @@ def _assemble(
         event_stream=stores.events,
         interrupted_task_timeout=PARKED_TASK_RELEASE_SECONDS,
     )
-    metrics = Metrics()
     drain = Drain()
     dispatcher = Dispatcher(
         handler=handler,
         keys=settings.assertion_keys,
-        limiter=limiter,
-        metrics=metrics,
         max_body_bytes=settings.max_body_bytes,
-        drain=drain,
-        keepalive=settings.sse_keepalive,
+        turns=turns,
+        streams=Streams(handler, drain=drain, keepalive=settings.sse_keepalive),
+        metrics=metrics,
     )
     approvals = ApprovalsEndpoint(settings.assertion_keys, gateway.confirmations, metrics)
     probes = _Probes(stores, limiter, metrics)

@@ -30,13 +30,10 @@ from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 from google.protobuf import struct_pb2, timestamp_pb2
 
 from adapter.gateway import AgentGateway, Pending, Reply, Turn, redact
-from adapter.limits import Slot
 from adapter.messages import check_message
 from adapter.principal import principal_of
 from adapter.sessions import session_id
 from adapter.stores.protocols import TERMINAL, SdkTaskStore, read_task
-
-SLOT_STATE = "orrery.slot"
 
 
 def _status(state: int, message: pb.Message | None = None) -> pb.TaskStatus:
@@ -84,16 +81,6 @@ class GatewayExecutor(AgentExecutor):
         self._approvals_base_url = approvals_base_url.rstrip("/")
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        slot: Slot | None = context.call_context.state.get(SLOT_STATE)
-        if slot is not None:
-            slot.adopted = True
-        try:
-            await self._run(context, event_queue)
-        finally:
-            if slot is not None:
-                await slot.release()
-
-    async def _run(self, context: RequestContext, event_queue: EventQueue) -> None:
         message = context.message
         task_id, context_id = context.task_id, context.context_id
         if message is None or not task_id or not context_id:
