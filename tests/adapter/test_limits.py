@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 import pytest
 
 from adapter.app import METRICS
 from adapter.errors import LimiterUnavailable, TooManyInFlight
 from adapter.limits import RedisLimiter
-from tests.adapter.conftest import Server, assertion_headers, delegated, running
+from tests.adapter.conftest import Server, delegated, running
 
 ALICE_BOT = delegated("bot", "alice")
 OTHER_BOT = delegated("bot-2", "alice")
+VERSION = {"A2A-Version": "1.0"}
 
 
 def send_params(text: str = "how is search?") -> dict[str, Any]:
@@ -133,24 +133,17 @@ async def test_a_drained_stream_keeps_its_slot_until_its_turn_is_stopped() -> No
     the server stops the turn and frees the slot."""
     async with running({"ORRERY_A2A_SHUTDOWN_GRACE": "1s"}) as server:
         server.gateway.hold = asyncio.Event()
-        body = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "SendStreamingMessage",
-            "params": send_params(),
-        }
-        headers = {"A2A-Version": "1.0", **assertion_headers(ALICE_BOT)}
+        call = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage"}
         async with (
-            httpx.AsyncClient(base_url=server.base, timeout=60) as http,
-            http.stream("POST", "/a2a", json=body, headers=headers) as response,
+            server.http(ALICE_BOT) as http,
+            http.stream(
+                "POST", "/a2a", json={**call, "params": send_params()}, headers=VERSION
+            ) as response,
         ):
-            lines = response.aiter_lines()
-            async for line in lines:
-                if line.startswith("data: "):
-                    break
+            events = (line async for line in response.aiter_lines() if line.startswith("data:"))
+            await anext(events)  # the Task: the turn is under way
             stopping = asyncio.create_task(server.runner.cleanup())
-            rest = [line async for line in lines if line.startswith("data: ")]
-            assert len(rest) == 1  # the final snapshot: the stream was drained
+            assert len([event async for event in events]) == 1  # drained: the final snapshot
             assert in_flight(server) == 1  # the turn still runs
         await stopping
         assert in_flight(server) == 0

@@ -59,6 +59,15 @@ def run(turns: Turns, inner: HeldRun, context: ServerCallContext) -> asyncio.Tas
     return asyncio.create_task(execute())
 
 
+async def outliving_run(turns: Turns, inner: HeldRun) -> asyncio.Task[None]:
+    """Admit a turn, start its run, and answer its request while the run goes on."""
+    context = ServerCallContext()
+    async with turns.admitted(KEY, context):
+        running = run(turns, inner, context)
+        await inner.started.wait()
+    return running
+
+
 async def test_a_request_whose_turn_never_ran_releases_the_slot_at_its_end() -> None:
     """The SDK refused the message before running it: the request's end frees the slot."""
     turns, limiter, metrics = new_turns()
@@ -79,10 +88,8 @@ async def test_a_request_that_fails_releases_the_slot() -> None:
 async def test_a_run_that_outlives_its_request_keeps_the_slot_until_it_ends() -> None:
     """returnImmediately, a client gone or a drained stream: the turn still counts while it runs."""
     turns, limiter, _ = new_turns()
-    context, inner = ServerCallContext(), HeldRun()
-    async with turns.admitted(KEY, context):
-        running = run(turns, inner, context)
-        await inner.started.wait()
+    inner = HeldRun()
+    running = await outliving_run(turns, inner)
     assert limiter.in_flight() == 1
     with pytest.raises(TooManyInFlight):
         await limiter.acquire(KEY)
@@ -105,10 +112,8 @@ async def test_a_run_that_ends_first_leaves_the_slot_to_its_request() -> None:
 async def test_a_run_that_raises_releases_the_slot() -> None:
     """A turn whose executor fails is over: its slot is freed."""
     turns, limiter, _ = new_turns()
-    context, inner = ServerCallContext(), HeldRun(RuntimeError("gateway failed"))
-    async with turns.admitted(KEY, context):
-        running = run(turns, inner, context)
-        await inner.started.wait()
+    inner = HeldRun(RuntimeError("gateway failed"))
+    running = await outliving_run(turns, inner)
     inner.finish.set()
     with pytest.raises(RuntimeError):
         await running
@@ -118,10 +123,7 @@ async def test_a_run_that_raises_releases_the_slot() -> None:
 async def test_a_cancelled_run_releases_the_slot() -> None:
     """Shutdown cancels the runs still going (after their streams were drained): slots come back."""
     turns, limiter, _ = new_turns()
-    context, inner = ServerCallContext(), HeldRun()
-    async with turns.admitted(KEY, context):
-        running = run(turns, inner, context)
-        await inner.started.wait()
+    running = await outliving_run(turns, HeldRun())
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
