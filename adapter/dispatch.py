@@ -157,17 +157,23 @@ class Dispatcher:
             return await self._answer(http, call)
 
     async def _answer(self, http: web.Request, call: _Call) -> Answer:
+        """The SDK's answer; an error before anything was sent is a JSON-RPC error body."""
+        request = call.request
+        if request.method not in STREAMING:
+            return await self._answer_unary(call)
+        try:
+            stream = await self._streams.open(request, call.context)
+        except Exception as exc:  # noqa: BLE001 - see _failed
+            return _failed(request.rpc_id, exc)
+        return await stream.serve(http)  # from here on, errors are events of the stream
+
+    async def _answer_unary(self, call: _Call) -> Answer:
         request = call.request
         try:
-            if request.method in STREAMING:
-                return await self._streams.serve(http, request, call.context)
             value = await self._unary[request.method](request.params, call.context)
             body = success(request.rpc_id, result_of(request.method, value))
-        except A2AError as error:
-            return _error(request.rpc_id, error)
-        except Exception as exc:  # noqa: BLE001 - answered -32603, type logged
-            log_internal_error(exc)
-            return _error(request.rpc_id, InternalError())
+        except Exception as exc:  # noqa: BLE001 - see _failed
+            return _failed(request.rpc_id, exc)
         return web.Response(body=dumps(body), content_type=JSON), "ok"
 
     def _record(
@@ -210,6 +216,15 @@ class Dispatcher:
 def _error(rpc_id: RpcId, error: A2AError) -> Answer:
     response = web.Response(body=dumps(error_body(rpc_id, error)), content_type=JSON)
     return response, error_reason(error)
+
+
+def _failed(rpc_id: RpcId, exc: Exception) -> Answer:
+    """An A2A error's own answer; anything unexpected is -32603, its type logged (never its
+    message: it can carry request data or internals)."""
+    if isinstance(exc, A2AError):
+        return _error(rpc_id, exc)
+    log_internal_error(exc)
+    return _error(rpc_id, InternalError())
 
 
 def _too_large(limit: int) -> Refusal:

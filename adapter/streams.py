@@ -1,14 +1,14 @@
 """The SSE answers of `SendStreamingMessage` and `SubscribeToTask`.
 
-An error before the first event is raised to the dispatcher, which answers it as plain JSON. After
-it, the answer is `text/event-stream`: one full JSON-RPC response per `data:` event, the Task
-first (a follow-up's stream leads with the task's snapshot, spec 3.1.2), closed at a terminal or
-interrupted state; a mid-stream error is an `event: error`. While the stream waits for its next
-event (a slow turn), a comment `: keep-alive` goes out every `ORRERY_A2A_SSE_KEEPALIVE`, so no
-proxy on the way (Envoy closes a stream silent for 300 s) cuts it; SSE clients ignore comments.
-While the server shuts down (`Drain`), a stream gets a grace period to finish, then a final event
-with the task's current state. The SDK generator is always `aclose()`d: client gone, drained, or
-done.
+An error before the first event is raised to the dispatcher (`Streams.open`), which answers it as
+plain JSON. After it (`OpenStream.serve`), the answer is `text/event-stream`: one full JSON-RPC
+response per `data:` event, the Task first (a follow-up's stream leads with the task's snapshot,
+spec 3.1.2), closed at a terminal or interrupted state; a mid-stream error is an `event: error`.
+While the stream waits for its next event (a slow turn), a comment `: keep-alive` goes out every
+`ORRERY_A2A_SSE_KEEPALIVE`, so no proxy on the way (Envoy closes a stream silent for 300 s) cuts
+it; SSE clients ignore comments. While the server shuts down (`Drain`), a stream gets a grace
+period to finish, then a final event with the task's current state. The SDK generator is always
+`aclose()`d: client gone, drained, or done.
 
 The turn a stream watches is not the stream's: it runs on after the client goes or the stream is
 drained, and its in-flight slot is held for as long as it runs (`turns.py`).
@@ -82,21 +82,20 @@ def log_internal_error(exc: BaseException) -> None:
 
 
 class Streams:
-    """Opens the SDK's event stream for a call and serves it as SSE."""
+    """Opens the SDK's event stream of a streaming call; the `OpenStream` then serves it as SSE."""
 
     def __init__(self, handler: DefaultRequestHandler, *, drain: Drain, keepalive: float) -> None:
-        self._handler = handler
-        self._drain = drain
-        self._keepalive = keepalive
+        self.handler = handler
+        self.drain = drain
+        self.keepalive = keepalive
 
-    async def serve(
-        self, http: web.Request, call: Request, context: ServerCallContext
-    ) -> tuple[web.StreamResponse, str]:
-        """The SSE response and its outcome ("ok", "client_gone", "drained" or an error reason).
-
-        Raises the A2A error (or unexpected exception) that came before the first event.
-        """
-        events = self._open(call, context)
+    async def open(self, call: Request, context: ServerCallContext) -> OpenStream:
+        """The call's stream at its first event; raises the A2A error (or unexpected exception)
+        that came before it, which the dispatcher answers as plain JSON."""
+        if call.method == "SubscribeToTask":
+            events: Events = self.handler.on_subscribe_to_task(call.params, context)
+        else:
+            events = self.handler.on_message_send_stream(call.params, context)
         try:
             first = await anext(events)
         except StopAsyncIteration:
@@ -104,53 +103,68 @@ class Streams:
         except BaseException:
             await events.aclose()
             raise
-        response = web.StreamResponse(headers=HEADERS)
-        stream = _Stream(response, call.rpc_id, context, self._handler)
+        return OpenStream(self, call.rpc_id, context, events, first)
+
+
+class OpenStream:
+    """One stream past its first event: everything from here on is written as SSE."""
+
+    def __init__(
+        self,
+        streams: Streams,
+        rpc_id: RpcId,
+        context: ServerCallContext,
+        events: Events,
+        first: Any,
+    ) -> None:
+        self._streams = streams
+        self._rpc_id = rpc_id
+        self._context = context
+        self._events = events
+        self._first = first
+        self._response = web.StreamResponse(headers=HEADERS)
+
+    async def serve(self, http: web.Request) -> tuple[web.StreamResponse, str]:
+        """The SSE response and its outcome ("ok", "client_gone", "drained" or an error reason)."""
+        outcome = "ok"
         try:
-            await response.prepare(http)
-            outcome = "ok" if first is None else await self._pump(stream, events, first)
-            await response.write_eof()
+            await self._response.prepare(http)
+            if self._first is not None:
+                outcome = await self._pump(self._first)
+            await self._response.write_eof()
         except ConnectionResetError:
             outcome = "client_gone"
-        except Exception as exc:  # noqa: BLE001 - the response is under way: log, end it
-            log_internal_error(exc)
-            outcome = "INTERNAL_ERROR"
         finally:
-            await events.aclose()
-        return response, outcome
+            await self._events.aclose()
+        return self._response, outcome
 
-    def _open(self, call: Request, context: ServerCallContext) -> Events:
-        if call.method == "SubscribeToTask":
-            return self._handler.on_subscribe_to_task(call.params, context)  # type: ignore[no-any-return]
-        return self._handler.on_message_send_stream(call.params, context)  # type: ignore[no-any-return]
-
-    async def _pump(self, stream: _Stream, events: Events, event: Any) -> str:
+    async def _pump(self, event: Any) -> str:
         """Write events until the stream ends, an error, or the shutdown grace expires."""
         if isinstance(event, pb.TaskStatusUpdateEvent | pb.TaskArtifactUpdateEvent):
             # A follow-up on an existing task: the SDK starts with the update, but a task
             # stream MUST begin with the Task (spec 3.1.2), so lead with its snapshot.
-            await stream.snapshot(event.task_id)
+            await self._snapshot(event.task_id)
         task_id = ""
         while True:
             task_id = event.id if isinstance(event, pb.Task) else getattr(event, "task_id", task_id)
-            await stream.write(success(stream.rpc_id, stream_result(event)))
+            await self._write(success(self._rpc_id, stream_result(event)))
             if _ends_stream(event):
                 return "ok"
-            pending = asyncio.ensure_future(anext(events))
-            if not await self._next_or_keep_alive(stream, pending):
-                await stream.snapshot(task_id)
+            pending = asyncio.ensure_future(anext(self._events))
+            if not await self._next_or_keep_alive(pending):
+                await self._snapshot(task_id)
                 return "drained"
             try:
                 event = pending.result()
             except StopAsyncIteration:
                 return "ok"
             except A2AError as error:
-                return await stream.fail(error)
+                return await self._fail(error)
             except Exception as exc:  # noqa: BLE001 - an error event, type logged
                 log_internal_error(exc)
-                return await stream.fail(InternalError())
+                return await self._fail(InternalError())
 
-    async def _next_or_keep_alive(self, stream: _Stream, pending: asyncio.Future[Any]) -> bool:
+    async def _next_or_keep_alive(self, pending: asyncio.Future[Any]) -> bool:
         """Wait for the stream's next event (`pending`), writing a keep-alive comment after each
         silent interval; False when the shutdown grace expired first.
 
@@ -160,15 +174,15 @@ class Streams:
         try:
             while True:
                 done, _ = await asyncio.wait(
-                    {pending, self._drain.expired},
-                    timeout=self._keepalive,
+                    {pending, self._streams.drain.expired},
+                    timeout=self._streams.keepalive,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if pending in done:
                     return True
                 if done:  # the shutdown grace is over
                     break
-                await stream.response.write(KEEPALIVE)
+                await self._response.write(KEEPALIVE)
         finally:
             if not pending.done():
                 pending.cancel()
@@ -176,39 +190,25 @@ class Streams:
                     await pending
         return False
 
-
-class _Stream:
-    """One prepared SSE response: its request id, and how it writes events."""
-
-    def __init__(
-        self,
-        response: web.StreamResponse,
-        rpc_id: RpcId,
-        context: ServerCallContext,
-        handler: DefaultRequestHandler,
-    ) -> None:
-        self.response = response
-        self.rpc_id = rpc_id
-        self._context = context
-        self._handler = handler
-
-    async def write(self, body: Any, *, event: str | None = None) -> None:
-        prefix = f"event: {event}\n".encode() if event else b""
-        await self.response.write(prefix + b"data: " + dumps(body) + b"\n\n")
-
-    async def fail(self, error: A2AError) -> str:
-        """Send `error` as an `error` event; its reason is the stream's outcome."""
-        await self.write(error_body(self.rpc_id, error), event="error")
-        return error_reason(error)
-
-    async def snapshot(self, task_id: str) -> None:
+    async def _snapshot(self, task_id: str) -> None:
         """Send the task as it stands now (a stream's first event, or its last at shutdown)."""
         try:
-            task = await self._handler.on_get_task(pb.GetTaskRequest(id=task_id), self._context)
+            task = await self._streams.handler.on_get_task(
+                pb.GetTaskRequest(id=task_id), self._context
+            )
         except A2AError as error:
-            await self.fail(error)
+            await self._fail(error)
             return
-        await self.write(success(self.rpc_id, task_result(task)))
+        await self._write(success(self._rpc_id, task_result(task)))
+
+    async def _fail(self, error: A2AError) -> str:
+        """Send `error` as an `error` event; its reason is the stream's outcome."""
+        await self._write(error_body(self._rpc_id, error), event="error")
+        return error_reason(error)
+
+    async def _write(self, body: Any, *, event: str | None = None) -> None:
+        prefix = f"event: {event}\n".encode() if event else b""
+        await self._response.write(prefix + b"data: " + dumps(body) + b"\n\n")
 
 
 def _ends_stream(event: Any) -> bool:
