@@ -10,7 +10,7 @@ Two contracts live here, with the values both of their implementations share:
   `Proposal` rows it takes and gives. Gateways use it through the gateway seam, which re-exports
   these names (`adapter.gateway`).
 
-Nothing here imports the rest of the adapter, so a store depends only on this module, the listing
+Nothing here imports the rest of the adapter: of it, a store needs only this module, the listing
 rules (`listing.py`) and the owner of a call (`principal.owner_of`).
 """
 
