@@ -9,29 +9,27 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
-from a2a.server.cluster.event_stream import TaskEventStream
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.types import a2a_pb2 as pb
 from aiohttp import web
 from opentelemetry import trace
 
-from adapter.approvals import ApprovalsEndpoint, MemoryConfirmationStore
+from adapter.approvals import ApprovalsEndpoint
 from adapter.card import PublicCardEndpoint, extended_card, public_card
+from adapter.dispatch import Dispatcher
 from adapter.executor import GatewayExecutor, TaskContextBuilder
-from adapter.gateway import AgentGateway, ConfirmationStore, GatewayContext, load_gateway
+from adapter.gateway import AgentGateway, GatewayContext, load_gateway
 from adapter.handler import RequestHandler
-from adapter.jsonrpc import Dispatcher, Drain
 from adapter.limits import Limiter, MemoryLimiter, RedisLimiter
 from adapter.metrics import Metrics
 from adapter.settings import AdapterSettings
-from adapter.task_store import BoundedTaskStore
+from adapter.stores import Stores, open_stores
+from adapter.streams import Drain, Streams
 from adapter.tracing import traced
+from adapter.turns import Turns
 from authz import logs
 from authz.errors import ConfigError
 
@@ -40,33 +38,6 @@ logger = logging.getLogger("adapter")
 # A task parked in input-required keeps an SDK ActiveTask (two asyncio tasks) in memory; release it
 # after this long, a follow-up recreates it from the store.
 PARKED_TASK_RELEASE_SECONDS = 60.0
-
-
-@dataclass(slots=True)
-class Stores:
-    """The task and confirmation stores, how to check them and how to close them."""
-
-    tasks: BoundedTaskStore | Any  # BoundedTaskStore or PostgresTaskStore
-    confirmations: ConfirmationStore
-    close: Callable[[], Awaitable[None]]
-    events: TaskEventStream | None = None  # cross-replica task events (PostgreSQL only)
-
-
-async def open_stores(settings: AdapterSettings) -> Stores:
-    """PostgreSQL when `DATABASE_URL` is set, otherwise bounded in-memory stores."""
-    if settings.database_url:
-        from adapter.postgres import PostgresStores
-
-        shared = await PostgresStores.open(
-            settings.database_url, settings.db_schema, idle_ttl=settings.task_idle_ttl
-        )
-        return Stores(shared.tasks, shared.confirmations, shared.close, shared.events)
-    tasks = BoundedTaskStore(max_tasks=settings.max_tasks, idle_ttl=settings.task_idle_ttl)
-
-    async def nothing() -> None:
-        return None
-
-    return Stores(tasks, MemoryConfirmationStore(), nothing)
 
 
 def approvals_base_url(public_url: str) -> str:
@@ -130,28 +101,30 @@ def _assemble(
     async def live_extended_card(base: pb.AgentCard, context: ServerCallContext) -> pb.AgentCard:
         return extended_card(base, await gateway.inventory())
 
+    metrics = Metrics()
+    turns = Turns(limiter, metrics)
     handler = RequestHandler(
         confirmations=gateway.confirmations,
-        agent_executor=GatewayExecutor(gateway, approvals_base_url(settings.public_url)),
-        task_store=stores.tasks,
+        agent_executor=turns.executor(
+            GatewayExecutor(gateway, approvals_base_url(settings.public_url))
+        ),
+        task_store=stores.sdk_tasks,
         agent_card=card,
-        request_context_builder=TaskContextBuilder(stores.tasks),
+        request_context_builder=TaskContextBuilder(stores.sdk_tasks),
         extended_agent_card=card,
         extended_card_modifier=live_extended_card,
         validate_input_modes=True,
         event_stream=stores.events,
         interrupted_task_timeout=PARKED_TASK_RELEASE_SECONDS,
     )
-    metrics = Metrics()
     drain = Drain()
     dispatcher = Dispatcher(
         handler=handler,
         keys=settings.assertion_keys,
-        limiter=limiter,
-        metrics=metrics,
         max_body_bytes=settings.max_body_bytes,
-        drain=drain,
-        keepalive=settings.sse_keepalive,
+        turns=turns,
+        streams=Streams(handler, drain=drain, keepalive=settings.sse_keepalive),
+        metrics=metrics,
     )
     approvals = ApprovalsEndpoint(settings.assertion_keys, gateway.confirmations, metrics)
     probes = _Probes(stores, limiter, metrics)

@@ -1,4 +1,4 @@
-"""Human approvals of guarded actions: the `/approvals/{action_id}` endpoint and the memory store.
+"""Human approvals of guarded actions: the `/approvals/{action_id}` endpoint.
 
 The rules (docs/contract.md#approvals and D5 in docs/decisions.md), and where each is enforced:
 
@@ -21,29 +21,20 @@ Answers (JSON `{"action_id", "status", "message"}`): 200 approved/denied, 400 ba
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import re
-import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from aiohttp import web
 
 from adapter import tracing
 from adapter.errors import Refusal
-from adapter.gateway import (
-    Confirmation,
-    ConfirmationStore,
-    Decision,
-    DecisionOutcome,
-    GateOutcome,
-    Proposal,
-)
 from adapter.metrics import Metrics
 from adapter.principal import verify_request
 from adapter.responses import refusal_response
+from adapter.stores.protocols import ConfirmationStore, Decision, DecisionOutcome
 from authz import logs
 from authz.assertion import AssertionKeys
 from authz.principal import Principal
@@ -52,7 +43,6 @@ logger = logging.getLogger("adapter.approvals")
 
 ACTION_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")
 MAX_DECISION_BYTES = 1024
-_KEEP_DECIDED_SECONDS = 3600.0
 
 _ANSWERS: Mapping[DecisionOutcome, tuple[int, str]] = {
     "approved": (200, "approved; the agent continues the task to carry it out, once"),
@@ -62,103 +52,6 @@ _ANSWERS: Mapping[DecisionOutcome, tuple[int, str]] = {
     "already_decided": (409, "this action was already decided"),
     "withdrawn": (409, "the task waiting on this action was cancelled; nothing will run"),
 }
-
-
-def new_action_id() -> str:
-    """144 random bits, URL-safe: the id is also the approval URL, so it must be unguessable."""
-    return secrets.token_urlsafe(18)
-
-
-class MemoryConfirmationStore:
-    """Confirmations in this process only (the default; not shared between replicas).
-
-    Bounded: settled or expired entries are dropped an hour after they expire, and at most
-    `max_entries` are kept (oldest first out).
-    """
-
-    shared = False
-
-    def __init__(self, *, clock: Callable[[], float] = time.time, max_entries: int = 10000) -> None:
-        self._clock = clock
-        self._max_entries = max_entries
-        self._entries: dict[str, Confirmation] = {}
-
-    def _sweep(self, now: float) -> None:
-        stale = [
-            action_id
-            for action_id, entry in self._entries.items()
-            if entry.expires_at + _KEEP_DECIDED_SECONDS < now
-        ]
-        for action_id in stale:
-            del self._entries[action_id]
-        while len(self._entries) >= self._max_entries:
-            del self._entries[next(iter(self._entries))]
-
-    async def propose(self, proposal: Proposal) -> Confirmation:
-        now = self._clock()
-        self._sweep(now)
-        entry = Confirmation(
-            action_id=new_action_id(),
-            owner=proposal.owner,
-            subject=proposal.subject,
-            session_id=proposal.session_id,
-            task_id=proposal.task_id,
-            tool=proposal.tool,
-            args=dict(proposal.args),
-            level=proposal.level,
-            status="pending",
-            created_at=now,
-            expires_at=now + proposal.ttl,
-        )
-        self._entries[entry.action_id] = entry
-        return entry
-
-    async def get(self, action_id: str, *, subject: str) -> Confirmation | None:
-        entry = self._entries.get(action_id)
-        # Plain comparisons: subjects and owners are not secrets (the action id is), and a
-        # subject may be any Unicode string, which compare_digest refuses with a TypeError.
-        if entry is None or entry.subject != subject:
-            return None
-        if entry.status == "pending" and self._clock() >= entry.expires_at:
-            entry = self._set(entry, "expired")
-        return entry
-
-    def _set(self, entry: Confirmation, status: str) -> Confirmation:
-        updated = dataclasses.replace(entry, status=status)  # type: ignore[arg-type]
-        self._entries[entry.action_id] = updated
-        return updated
-
-    async def decide(self, action_id: str, *, subject: str, decision: Decision) -> DecisionOutcome:
-        entry = await self.get(action_id, subject=subject)
-        if entry is None:
-            return "not_found"
-        if entry.status in ("expired", "withdrawn"):
-            return entry.status
-        if entry.status != "pending":
-            return "already_decided"
-        outcome: DecisionOutcome = "approved" if decision == "approve" else "denied"
-        self._set(entry, outcome)
-        return outcome
-
-    async def consume(self, action_id: str, *, owner: str) -> GateOutcome:
-        entry = self._entries.get(action_id)
-        if entry is None or entry.owner != owner:
-            return "not_found"
-        if entry.status in ("pending", "approved") and self._clock() >= entry.expires_at:
-            self._set(entry, "expired")
-            return "expired"
-        if entry.status == "approved":
-            self._set(entry, "consumed")
-            return "approved"
-        return entry.status
-
-    async def withdraw(self, action_id: str, *, owner: str) -> None:
-        entry = self._entries.get(action_id)
-        if entry is not None and entry.owner == owner and entry.status in ("pending", "approved"):
-            self._set(entry, "withdrawn")
-
-    async def ping(self) -> None:
-        return None
 
 
 def _answer(action_id: str, outcome: str, status: int, message: str) -> web.Response:

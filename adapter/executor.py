@@ -25,29 +25,17 @@ import uuid
 from typing import Any
 
 from a2a.server.agent_execution import AgentExecutor, RequestContext, RequestContextBuilder
-from a2a.server.cluster.task_store import StoredTask, VersionedTaskStore
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
-from a2a.server.tasks import TaskStore
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 from google.protobuf import struct_pb2, timestamp_pb2
 
 from adapter.gateway import AgentGateway, Pending, Reply, Turn, redact
-from adapter.limits import Slot
 from adapter.messages import check_message
 from adapter.principal import principal_of
 from adapter.sessions import session_id
-
-SLOT_STATE = "orrery.slot"
-TERMINAL = frozenset(
-    {
-        pb.TASK_STATE_COMPLETED,
-        pb.TASK_STATE_FAILED,
-        pb.TASK_STATE_CANCELED,
-        pb.TASK_STATE_REJECTED,
-    }
-)
+from adapter.stores.protocols import TERMINAL, SdkTaskStore, read_task
 
 
 def _status(state: int, message: pb.Message | None = None) -> pb.TaskStatus:
@@ -95,16 +83,6 @@ class GatewayExecutor(AgentExecutor):
         self._approvals_base_url = approvals_base_url.rstrip("/")
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        slot: Slot | None = context.call_context.state.get(SLOT_STATE)
-        if slot is not None:
-            slot.adopted = True
-        try:
-            await self._run(context, event_queue)
-        finally:
-            if slot is not None:
-                await slot.release()
-
-    async def _run(self, context: RequestContext, event_queue: EventQueue) -> None:
         message = context.message
         task_id, context_id = context.task_id, context.context_id
         if message is None or not task_id or not context_id:
@@ -181,7 +159,7 @@ class GatewayExecutor(AgentExecutor):
 class TaskContextBuilder(RequestContextBuilder):
     """Builds the turn's `RequestContext`, inferring `contextId` from the task (spec §3.4.3)."""
 
-    def __init__(self, task_store: TaskStore | VersionedTaskStore) -> None:
+    def __init__(self, task_store: SdkTaskStore) -> None:
         self._task_store = task_store
 
     async def build(
@@ -193,9 +171,7 @@ class TaskContextBuilder(RequestContextBuilder):
         task: pb.Task | None = None,
     ) -> RequestContext:
         if task_id and not context_id:
-            stored = await self._task_store.get(task_id, context)  # owner-scoped
-            if isinstance(stored, StoredTask):
-                stored = stored.task
+            stored = await read_task(self._task_store, task_id, context)  # owner-scoped
             if stored is not None:
                 context_id = stored.context_id
         return RequestContext(

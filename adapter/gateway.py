@@ -8,6 +8,10 @@ through it, and the gate inside `run_in_session` consumes a decision exactly onc
 
 `ORRERY_A2A_GATEWAY=module:factory` loads another implementation: `factory(GatewayContext)` returns
 the gateway (or an awaitable of it). The default is `adapter.demo_gateway:create`.
+
+The confirmation store's contract and rows (`ConfirmationStore`, `Confirmation`, `Proposal`, the
+decision and gate outcomes) are defined with the other store contracts in `stores/protocols.py`
+and are part of this seam: a gateway imports them from here.
 """
 
 from __future__ import annotations
@@ -17,23 +21,41 @@ import inspect
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from adapter.errors import GatewayLoadError
+from adapter.stores.protocols import (
+    Confirmation,
+    ConfirmationStore,
+    Decision,
+    DecisionOutcome,
+    GateOutcome,
+    Proposal,
+    Status,
+)
 from authz.principal import Principal
 
-DEFAULT_GATEWAY = "adapter.demo_gateway:create"
+__all__ = [
+    "DEFAULT_GATEWAY",
+    "REDACTED",
+    "AgentGateway",
+    "Confirmation",
+    "ConfirmationStore",
+    "Decision",
+    "DecisionOutcome",
+    "GateOutcome",
+    "GatewayContext",
+    "Pending",
+    "Proposal",
+    "Reply",
+    "Specialist",
+    "Status",
+    "Turn",
+    "load_gateway",
+    "redact",
+]
 
-Status = Literal["pending", "approved", "denied", "consumed", "expired", "withdrawn"]
-Decision = Literal["approve", "deny"]
-# What deciding answered: the new state, or why nothing changed.
-DecisionOutcome = Literal[
-    "approved", "denied", "not_found", "expired", "already_decided", "withdrawn"
-]
-# What the gate found when a turn resumed: "approved" means it consumed the approval just now.
-GateOutcome = Literal[
-    "approved", "denied", "pending", "expired", "consumed", "withdrawn", "not_found"
-]
+DEFAULT_GATEWAY = "adapter.demo_gateway:create"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,70 +91,11 @@ class Reply:
 
 
 @dataclass(frozen=True, slots=True)
-class Confirmation:
-    """A guarded action waiting for (or past) a human decision."""
-
-    action_id: str
-    owner: str  # principal key of the agent that proposed it
-    subject: str  # the delegating human: the only one who may decide
-    session_id: str
-    task_id: str
-    tool: str
-    args: Mapping[str, Any]  # already redacted
-    level: str
-    status: Status
-    created_at: float
-    expires_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class Proposal:
-    """A guarded action a gateway wants a human to decide (`args` redacted by the gateway)."""
-
-    owner: str  # principal key of the proposing agent: only its turns may consume the approval
-    subject: str  # the delegating human: the only one who may decide
-    session_id: str
-    task_id: str
-    tool: str
-    args: Mapping[str, Any]
-    level: str
-    ttl: float  # seconds until both the decision and the consumption expire
-
-
-@dataclass(frozen=True, slots=True)
 class Pending:
     """The turn stopped at a guarded action; the task goes to input-required."""
 
     confirmation: Confirmation
     summary: str
-
-
-@runtime_checkable
-class ConfirmationStore(Protocol):
-    """Where pending guarded actions and their decisions live (memory or PostgreSQL)."""
-
-    @property
-    def shared(self) -> bool:
-        """True when every replica sees the same confirmations."""
-
-    async def propose(self, proposal: Proposal) -> Confirmation:
-        """Record a new pending action; its id is unguessable."""
-
-    async def get(self, action_id: str, *, subject: str) -> Confirmation | None:
-        """The action if `subject` may decide it (otherwise None, as if it did not exist)."""
-
-    async def decide(self, action_id: str, *, subject: str, decision: Decision) -> DecisionOutcome:
-        """Approve or deny a pending, unexpired action of `subject`'s; once."""
-
-    async def consume(self, action_id: str, *, owner: str) -> GateOutcome:
-        """The gate: turn an approval of `owner`'s action into one execution."""
-
-    async def withdraw(self, action_id: str, *, owner: str) -> None:
-        """`owner` cancelled the task waiting on this action: a pending or approved action
-        becomes `withdrawn` — never to run, and a later decision is told so."""
-
-    async def ping(self) -> None:
-        """Raise if the store cannot be reached (readiness)."""
 
 
 @runtime_checkable

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from a2a.server.cluster.task_store import StoredTask
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.types import a2a_pb2 as pb
 
 from adapter.executor import pending_action_id
-from adapter.gateway import ConfirmationStore
 from adapter.principal import owner_of
+from adapter.stores.protocols import ConfirmationStore, read_task
 
 
 class RequestHandler(DefaultRequestHandler):
@@ -33,8 +32,7 @@ class RequestHandler(DefaultRequestHandler):
     ) -> pb.Task | None:
         # The action id is in the waiting status, which the cancel replaces: read it first (an
         # owner-scoped read; the SDK refuses other owners' and terminal tasks right after).
-        stored = await self.task_store.get(params.id, context)
-        waiting = pending_action_id(stored.task if isinstance(stored, StoredTask) else stored)
+        waiting = pending_action_id(await read_task(self.task_store, params.id, context))
         task: pb.Task | None = await super().on_cancel_task(params, context)
         if waiting is not None and task is not None and task.status.state == pb.TASK_STATE_CANCELED:
             await self._confirmations.withdraw(waiting, owner=owner_of(context))

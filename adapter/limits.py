@@ -1,9 +1,8 @@
 """The per-principal cap on turns in flight (`ORRERY_A2A_MAX_IN_FLIGHT`, default 4).
 
-A turn holds a `Slot` from the moment its request is accepted until the executor finishes it (a
-`returnImmediately` send keeps running after its response, so the executor adopts the slot and
-releases it; if the executor never started, the dispatcher releases it). Over the cap the request
-is answered 429 with `Retry-After` before anything runs.
+A turn holds a `Slot` from the moment its request is accepted until it is over, even when it runs on
+after its response (`turns.py` owns the slot). Over the cap the request is answered 429 with
+`Retry-After` before anything runs.
 
 In memory by default (per replica). With `ORRERY_A2A_REDIS_URL` the count is shared: each slot is
 a member of a per-principal sorted set scored by its lease deadline (Redis server time). A replica
@@ -37,11 +36,10 @@ _REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 class Slot:
     """One turn's place under its principal's cap; `release()` is idempotent."""
 
-    __slots__ = ("_on_release", "adopted", "released")
+    __slots__ = ("_on_release", "released")
 
     def __init__(self, on_release: Callable[[], Awaitable[None]]) -> None:
         self._on_release = on_release
-        self.adopted = False
         self.released = False
 
     async def release(self) -> None:

@@ -22,11 +22,11 @@ from a2a.server.tasks import InMemoryTaskStore
 from starlette.applications import Starlette
 from starlette.requests import Request
 
-from adapter.approvals import MemoryConfirmationStore
 from adapter.card import public_card
 from adapter.demo_gateway import DemoGateway
 from adapter.executor import GatewayExecutor
 from adapter.principal import PrincipalUser
+from adapter.stores.memory import MemoryConfirmationStore
 from authz.principal import Principal
 
 PRINCIPAL = Principal(

@@ -1,7 +1,7 @@
 """A recording gateway: the demo gateway plus a log of the turns it saw and an optional gate.
 
 A fake at a seam we own (`AgentGateway`), used to observe what reaches the gateway (session ids,
-text) and to hold turns open (in-flight caps, streams, shutdown).
+text), to hold turns open (in-flight caps, streams, shutdown) and to make them fail.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ class RecordingGateway:
         self.demo = DemoGateway(context.confirmations, context.approval_ttl)
         self.turns: list[Turn] = []
         self.hold: asyncio.Event | None = None
+        self.error: Exception | None = None  # raised by every turn (after the hold) when set
         self.started = asyncio.Event()
         self.specialists: list[Specialist] = list(SPECIALISTS)
 
@@ -34,6 +35,8 @@ class RecordingGateway:
         self.started.set()
         if self.hold is not None:
             await self.hold.wait()
+        if self.error is not None:
+            raise self.error
         return await self.demo.run_in_session(turn)
 
 

@@ -11,9 +11,9 @@ import pytest
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
-from adapter.approvals import MemoryConfirmationStore
 from adapter.errors import GatewayLoadError
 from adapter.gateway import REDACTED, AgentGateway, GatewayContext, load_gateway, redact
+from adapter.stores.memory import MemoryConfirmationStore
 from authz.principal import Principal
 from tests.adapter.conftest import (
     FAKE_GATEWAY,

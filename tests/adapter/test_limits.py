@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 
+from adapter.app import METRICS
 from adapter.errors import LimiterUnavailable, TooManyInFlight
 from adapter.limits import RedisLimiter
 from tests.adapter.conftest import Server, delegated, running
 
 ALICE_BOT = delegated("bot", "alice")
 OTHER_BOT = delegated("bot-2", "alice")
+VERSION = {"A2A-Version": "1.0"}
 
 
 def send_params(text: str = "how is search?") -> dict[str, Any]:
@@ -97,6 +99,54 @@ async def test_refused_turns_release_their_slot(server: Server) -> None:
         response = await server.rpc(ALICE_BOT, "SendMessage", params)
         assert response.json()["error"]["code"] == -32001
     assert (await server.rpc(ALICE_BOT, "SendMessage", send_params())).status_code == 200
+
+
+def in_flight(server: Server) -> float | None:
+    return server.app[METRICS].registry.get_sample_value("orrery_a2a_turns_in_flight")
+
+
+async def test_a_finished_stream_releases_its_slot() -> None:
+    """A streamed turn that ran to its end frees its slot for the next turn."""
+    async with running({"ORRERY_A2A_MAX_IN_FLIGHT": "1"}) as server:
+        streamed = await server.rpc(ALICE_BOT, "SendStreamingMessage", send_params())
+        assert "TASK_STATE_COMPLETED" in streamed.text
+        assert (await server.rpc(ALICE_BOT, "SendMessage", send_params())).status_code == 200
+
+
+@pytest.mark.parametrize("method", ["SendMessage", "SendStreamingMessage"])
+async def test_a_turn_whose_gateway_fails_releases_its_slot(method: str) -> None:
+    """A turn that fails inside the gateway (-32603, or an error event) frees its slot."""
+    async with running({"ORRERY_A2A_MAX_IN_FLIGHT": "1"}) as server:
+        server.gateway.error = RuntimeError("the gateway broke")
+        failed = await server.rpc(ALICE_BOT, method, send_params())
+        assert '"reason":"INTERNAL_ERROR"' in failed.text
+        server.gateway.error = None
+        for _ in range(400):  # the failed run lets go just after the answer
+            if in_flight(server) == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert (await server.rpc(ALICE_BOT, "SendMessage", send_params())).status_code == 200
+
+
+async def test_a_drained_stream_keeps_its_slot_until_its_turn_is_stopped() -> None:
+    """At shutdown the stream ends after its grace while its turn still runs and counts; stopping
+    the server stops the turn and frees the slot."""
+    async with running({"ORRERY_A2A_SHUTDOWN_GRACE": "1s"}) as server:
+        server.gateway.hold = asyncio.Event()
+        call = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage"}
+        async with (
+            server.http(ALICE_BOT) as http,
+            http.stream(
+                "POST", "/a2a", json={**call, "params": send_params()}, headers=VERSION
+            ) as response,
+        ):
+            events = (line async for line in response.aiter_lines() if line.startswith("data:"))
+            await anext(events)  # the Task: the turn is under way
+            stopping = asyncio.create_task(server.runner.cleanup())
+            assert len([event async for event in events]) == 1  # drained: the final snapshot
+            assert in_flight(server) == 1  # the turn still runs
+        await stopping
+        assert in_flight(server) == 0
 
 
 @pytest.mark.redis

@@ -17,11 +17,10 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf import timestamp_pb2
 
-from adapter.approvals import MemoryConfirmationStore
 from adapter.gateway import ConfirmationStore
-from adapter.postgres import PostgresStores, PostgresTaskStore
 from adapter.principal import PrincipalUser
-from adapter.task_store import BoundedTaskStore
+from adapter.stores.memory import BoundedTaskStore, MemoryConfirmationStore
+from adapter.stores.postgres import PostgresStores, PostgresTaskStore
 from tests.adapter.conftest import PROPOSAL, delegated, fresh_schema
 
 ALICE = ServerCallContext(user=PrincipalUser(delegated("bot", "alice")))

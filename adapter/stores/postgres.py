@@ -32,11 +32,17 @@ from a2a.server.events import Event
 from a2a.types import a2a_pb2 as pb
 from a2a.utils import proto_utils
 
-from adapter.approvals import new_action_id
-from adapter.executor import TERMINAL
-from adapter.gateway import Confirmation, Decision, DecisionOutcome, GateOutcome, Proposal
 from adapter.principal import owner_of
-from adapter.task_store import ListQuery, page_response, sort_key
+from adapter.stores.listing import ListQuery, page_response, sort_key
+from adapter.stores.protocols import (
+    TERMINAL,
+    Confirmation,
+    Decision,
+    DecisionOutcome,
+    GateOutcome,
+    Proposal,
+    new_action_id,
+)
 from authz import logs
 
 logger = logging.getLogger("adapter.postgres")

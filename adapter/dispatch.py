@@ -1,0 +1,231 @@
+"""`POST /a2a` and `/a2a/`: the A2A 1.0 JSON-RPC binding on aiohttp, calling the a2a-sdk handler.
+
+The SDK's own dispatcher needs Starlette, so this is the same for aiohttp, in the order a request is
+refused cheapest-first:
+
+1. principal assertion for the `a2a` surface → 401 before anything else runs (even the body read);
+2. body cap (Content-Length, then the bytes actually read) → 413, before parsing;
+3. `Content-Type: application/json` → -32005; JSON → -32700; a single JSON-RPC 2.0 request object
+   (no batches, `id` a string, integer or null) → -32600; a known method → -32601;
+4. `A2A-Version` (header, or the `A2A-Version` query parameter): `1.0` (a patch part is ignored);
+   absent or empty means 0.3, which this server does not speak → -32009;
+5. lenient params (camelCase or snake_case, unknown fields ignored) → -32602 on a bad shape;
+   push-notification methods → -32003 (push is off);
+6. message rules (`messages.py`) and the per-principal in-flight cap (429 + `Retry-After`);
+7. the SDK handler, with `ServerCallContext.user` = the verified principal.
+
+Steps 3 to 5 are the envelope's (`envelope.py`), the cap is `turns.py`'s, and the streaming
+methods are answered as SSE by `streams.py`. Every JSON-RPC error is HTTP 200 with `error.data` =
+`[google.rpc.ErrorInfo]`; an unexpected exception is -32603 with a fixed message and its type
+logged. Each request ends in one `a2a_request` log event, one metrics observation and the span's
+attributes, all with the same outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.utils.errors import A2AError, ContentTypeNotSupportedError, InternalError
+from aiohttp import web
+
+from adapter import tracing
+from adapter.envelope import (
+    JSON,
+    PARAMS,
+    STREAMING,
+    TURNS,
+    VERSION_HEADER,
+    Request,
+    RpcError,
+    RpcId,
+    answering,
+    dumps,
+    error_body,
+    error_reason,
+    parse_request,
+    result_of,
+    success,
+)
+from adapter.errors import BodyTooLarge, Refusal
+from adapter.messages import check_message
+from adapter.metrics import Metrics
+from adapter.principal import PrincipalUser, verify_request
+from adapter.responses import refusal_response
+from adapter.streams import Streams, log_internal_error
+from adapter.turns import Turns
+from authz import logs
+from authz.assertion import AssertionKeys
+from authz.principal import Principal
+
+logger = logging.getLogger("adapter.a2a")
+
+Answer = tuple[web.StreamResponse, str]  # the response and its outcome for logs and metrics
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A parsed request, and the SDK context it runs in (the verified principal as its user)."""
+
+    request: Request
+    context: ServerCallContext
+    principal: Principal
+
+
+class Dispatcher:
+    """Refuses what it must in the module docstring's order, then answers through the SDK."""
+
+    def __init__(
+        self,
+        *,
+        handler: DefaultRequestHandler,
+        keys: AssertionKeys,
+        max_body_bytes: int,
+        turns: Turns,
+        streams: Streams,
+        metrics: Metrics,
+    ) -> None:
+        self._keys = keys
+        self._max_body = max_body_bytes
+        self._turns = turns
+        self._streams = streams
+        self._metrics = metrics
+        self._unary: dict[str, Callable[[Any, ServerCallContext], Awaitable[Any]]] = {
+            "SendMessage": handler.on_message_send,
+            "GetTask": handler.on_get_task,
+            "ListTasks": handler.on_list_tasks,
+            "CancelTask": handler.on_cancel_task,
+            "GetExtendedAgentCard": handler.on_get_extended_agent_card,
+        }
+
+    async def handle(self, http: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        method, principal = "unknown", None
+        try:
+            principal = verify_request(self._keys, http.headers, "a2a")
+            call = await self._parse(http, principal)
+            method = call.request.method
+            response, outcome = await self._serve(http, call)
+        except Refusal as refusal:
+            response, outcome = refusal_response(refusal), refusal.reason
+        except RpcError as failed:
+            response, outcome = _error(failed.rpc_id, failed.error)
+        except A2AError as error:
+            response, outcome = _error(None, error)
+        self._record(
+            http,
+            method=method,
+            outcome=outcome,
+            status=response.status,
+            principal=principal,
+            started=started,
+        )
+        return response
+
+    async def _parse(self, http: web.Request, principal: Principal) -> _Call:
+        body = await self._read_body(http)
+        if http.content_type != JSON:
+            raise ContentTypeNotSupportedError(message="send Content-Type: application/json")
+        version = http.headers.get(VERSION_HEADER) or http.query.get(VERSION_HEADER) or ""
+        request = parse_request(body, version)
+        if request.method in TURNS:
+            with answering(request.rpc_id):
+                check_message(request.params.message)
+        context = ServerCallContext(
+            user=PrincipalUser(principal),
+            state={"method": request.method, "request_id": request.rpc_id},
+        )
+        return _Call(request, context, principal)
+
+    async def _read_body(self, http: web.Request) -> bytes:
+        if (http.content_length or 0) > self._max_body:
+            raise _too_large(self._max_body)
+        try:
+            return await http.read()  # the app's client_max_size is the same cap
+        except web.HTTPRequestEntityTooLarge:
+            raise _too_large(self._max_body) from None
+
+    async def _serve(self, http: web.Request, call: _Call) -> Answer:
+        if call.request.method not in TURNS:
+            return await self._answer(http, call)
+        async with self._turns.admitted(call.principal.key, call.context):  # 429 / 503 refusals
+            return await self._answer(http, call)
+
+    async def _answer(self, http: web.Request, call: _Call) -> Answer:
+        """The SDK's answer; an error before anything was sent is a JSON-RPC error body."""
+        request = call.request
+        if request.method not in STREAMING:
+            return await self._answer_unary(call)
+        try:
+            stream = await self._streams.open(request, call.context)
+        except Exception as exc:  # noqa: BLE001 - see _failed
+            return _failed(request.rpc_id, exc)
+        return await stream.serve(http)  # from here on, errors are events of the stream
+
+    async def _answer_unary(self, call: _Call) -> Answer:
+        request = call.request
+        try:
+            value = await self._unary[request.method](request.params, call.context)
+            body = success(request.rpc_id, result_of(request.method, value))
+        except Exception as exc:  # noqa: BLE001 - see _failed
+            return _failed(request.rpc_id, exc)
+        return web.Response(body=dumps(body), content_type=JSON), "ok"
+
+    def _record(
+        self,
+        http: web.Request,
+        *,
+        method: str,
+        outcome: str,
+        status: int,
+        principal: Principal | None,
+        started: float,
+    ) -> None:
+        """The request's one metrics observation, span annotation and `a2a_request` log event."""
+        seconds = time.perf_counter() - started
+        if method not in PARAMS:
+            method = "unknown"
+        self._metrics.observe(method, outcome, seconds)
+        tracing.annotate(
+            f"A2A {method}",
+            {
+                "rpc.system": "jsonrpc",
+                "rpc.method": method,
+                "orrery.outcome": outcome,
+                "orrery.principal.kind": principal.kind if principal else "none",
+            },
+        )
+        logs.event(
+            logger,
+            "a2a_request",
+            method=method,
+            outcome=outcome,
+            status=status,
+            principal=principal.key if principal else None,
+            request_id=http.headers.get("x-request-id"),
+            trace_link=tracing.trace_link(http),
+            duration_ms=round(seconds * 1000, 3),
+        )
+
+
+def _error(rpc_id: RpcId, error: A2AError) -> Answer:
+    response = web.Response(body=dumps(error_body(rpc_id, error)), content_type=JSON)
+    return response, error_reason(error)
+
+
+def _failed(rpc_id: RpcId, exc: Exception) -> Answer:
+    """An A2A error's own answer; anything unexpected is -32603, its type logged (never its
+    message: it can carry request data or internals)."""
+    if isinstance(exc, A2AError):
+        return _error(rpc_id, exc)
+    log_internal_error(exc)
+    return _error(rpc_id, InternalError())
+
+
+def _too_large(limit: int) -> Refusal:
+    return BodyTooLarge(f"request body is over {limit} bytes")

@@ -1,0 +1,42 @@
+"""Where tasks and approvals live: in memory (one process, bounded) or in PostgreSQL (shared).
+
+`open_stores(settings)` picks by `DATABASE_URL`. The contracts both kinds meet are in
+`protocols.py`, the `ListTasks` rules they share in `listing.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from a2a.server.cluster.event_stream import TaskEventStream
+
+from adapter.settings import AdapterSettings
+from adapter.stores.memory import BoundedTaskStore, MemoryConfirmationStore
+from adapter.stores.protocols import ConfirmationStore, SdkTaskStore, TaskStore
+
+
+@dataclass(frozen=True, slots=True)
+class Stores:
+    """The task and confirmation stores, how to close them, and cross-replica task events."""
+
+    tasks: TaskStore
+    # The same task store as the a2a-sdk request handler takes it: the SDK's own store types are
+    # nominal (an unversioned `TaskStore` or a `VersionedTaskStore`), not the protocol above.
+    sdk_tasks: SdkTaskStore
+    confirmations: ConfirmationStore
+    close: Callable[[], Awaitable[None]]
+    events: TaskEventStream | None = None  # PostgreSQL only: the memory store is one process
+
+
+async def open_stores(settings: AdapterSettings) -> Stores:
+    """PostgreSQL when `DATABASE_URL` is set, otherwise bounded in-memory stores."""
+    if settings.database_url:
+        from adapter.stores.postgres import PostgresStores  # asyncpg only when it is used
+
+        shared = await PostgresStores.open(
+            settings.database_url, settings.db_schema, idle_ttl=settings.task_idle_ttl
+        )
+        return Stores(shared.tasks, shared.tasks, shared.confirmations, shared.close, shared.events)
+    tasks = BoundedTaskStore(max_tasks=settings.max_tasks, idle_ttl=settings.task_idle_ttl)
+    return Stores(tasks, tasks, MemoryConfirmationStore(), tasks.close)

@@ -1,0 +1,151 @@
+"""What the adapter needs of its stores, whichever backs them (memory or PostgreSQL).
+
+Two contracts live here, with the values both of their implementations share:
+
+* `TaskStore`: owner-scoped tasks. The a2a-sdk request handler runs turns against the same object
+  through the SDK's own store contract (`SdkTaskStore`): the memory store is an unversioned SDK
+  `TaskStore` (the SDK wraps it), the PostgreSQL store a `VersionedTaskStore` whose every write is
+  a compare-and-swap. `TERMINAL` is the set of states no write changes.
+* `ConfirmationStore`: guarded actions and the human decisions on them, plus the `Confirmation` and
+  `Proposal` rows it takes and gives. Gateways use it through the gateway seam, which re-exports
+  these names (`adapter.gateway`).
+
+Nothing here imports the rest of the adapter: of it, a store needs only this module, the listing
+rules (`listing.py`) and the owner of a call (`principal.owner_of`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+from a2a.server.cluster.task_store import StoredTask, VersionedTaskStore
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import TaskStore as UnversionedTaskStore
+from a2a.types import a2a_pb2 as pb
+
+SdkTaskStore: TypeAlias = UnversionedTaskStore | VersionedTaskStore
+
+TERMINAL = frozenset(
+    {
+        pb.TASK_STATE_COMPLETED,
+        pb.TASK_STATE_FAILED,
+        pb.TASK_STATE_CANCELED,
+        pb.TASK_STATE_REJECTED,
+    }
+)
+
+
+class TaskStore(Protocol):
+    """Owner-scoped tasks: another owner's task is exactly as absent as one that never existed.
+
+    The owner is the verified principal key of the call (`principal.owner_of(context)`); a context
+    without one makes every member raise.
+    """
+
+    @property
+    def shared(self) -> bool:
+        """True when every replica sees the same tasks."""
+
+    async def get(self, task_id: str, context: ServerCallContext) -> pb.Task | StoredTask | None:
+        """The caller's task (with its version, if the store keeps versions), or None."""
+
+    async def list(
+        self, params: pb.ListTasksRequest, context: ServerCallContext
+    ) -> pb.ListTasksResponse:
+        """The caller's tasks by the `ListTasks` rules (`listing.ListQuery`)."""
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        """Forget the caller's task (nothing happens to another owner's)."""
+
+    async def count(self) -> int:
+        """Tasks stored, all owners (for the `tasks_stored` gauge)."""
+
+    async def ping(self) -> None:
+        """Raise if the store cannot be reached (readiness)."""
+
+
+async def read_task(
+    store: TaskStore | SdkTaskStore, task_id: str, context: ServerCallContext
+) -> pb.Task | None:
+    """The caller's task as it is stored now, without its version (either kind of store)."""
+    stored = await store.get(task_id, context)
+    return stored.task if isinstance(stored, StoredTask) else stored
+
+
+Status = Literal["pending", "approved", "denied", "consumed", "expired", "withdrawn"]
+Decision = Literal["approve", "deny"]
+# What deciding answered: the new state, or why nothing changed.
+DecisionOutcome = Literal[
+    "approved", "denied", "not_found", "expired", "already_decided", "withdrawn"
+]
+# What the gate found when a turn resumed: "approved" means it consumed the approval just now.
+GateOutcome = Literal[
+    "approved", "denied", "pending", "expired", "consumed", "withdrawn", "not_found"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmation:
+    """A guarded action waiting for (or past) a human decision."""
+
+    action_id: str
+    owner: str  # principal key of the agent that proposed it
+    subject: str  # the delegating human: the only one who may decide
+    session_id: str
+    task_id: str
+    tool: str
+    args: Mapping[str, Any]  # already redacted
+    level: str
+    status: Status
+    created_at: float
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A guarded action a gateway wants a human to decide (`args` redacted by the gateway)."""
+
+    owner: str  # principal key of the proposing agent: only its turns may consume the approval
+    subject: str  # the delegating human: the only one who may decide
+    session_id: str
+    task_id: str
+    tool: str
+    args: Mapping[str, Any]
+    level: str
+    ttl: float  # seconds until both the decision and the consumption expire
+
+
+@runtime_checkable
+class ConfirmationStore(Protocol):
+    """Where pending guarded actions and their decisions live (memory or PostgreSQL)."""
+
+    @property
+    def shared(self) -> bool:
+        """True when every replica sees the same confirmations."""
+
+    async def propose(self, proposal: Proposal) -> Confirmation:
+        """Record a new pending action; its id is unguessable."""
+
+    async def get(self, action_id: str, *, subject: str) -> Confirmation | None:
+        """The action if `subject` may decide it (otherwise None, as if it did not exist)."""
+
+    async def decide(self, action_id: str, *, subject: str, decision: Decision) -> DecisionOutcome:
+        """Approve or deny a pending, unexpired action of `subject`'s; once."""
+
+    async def consume(self, action_id: str, *, owner: str) -> GateOutcome:
+        """The gate: turn an approval of `owner`'s action into one execution."""
+
+    async def withdraw(self, action_id: str, *, owner: str) -> None:
+        """`owner` cancelled the task waiting on this action: a pending or approved action
+        becomes `withdrawn` — never to run, and a later decision is told so."""
+
+    async def ping(self) -> None:
+        """Raise if the store cannot be reached (readiness)."""
+
+
+def new_action_id() -> str:
+    """144 random bits, URL-safe: the id is also the approval URL, so it must be unguessable."""
+    return secrets.token_urlsafe(18)

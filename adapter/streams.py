@@ -1,0 +1,219 @@
+"""The SSE answers of `SendStreamingMessage` and `SubscribeToTask`.
+
+An error before the first event is raised to the dispatcher (`Streams.open`), which answers it as
+plain JSON. After it (`OpenStream.serve`), the answer is `text/event-stream`: one full JSON-RPC
+response per `data:` event, the Task first (a follow-up's stream leads with the task's snapshot,
+spec 3.1.2), closed at a terminal or interrupted state; a mid-stream error is an `event: error`.
+While the stream waits for its next event (a slow turn), a comment `: keep-alive` goes out every
+`ORRERY_A2A_SSE_KEEPALIVE`, so no proxy on the way (Envoy closes a stream silent for 300 s) cuts
+it; SSE clients ignore comments. While the server shuts down (`Drain`), a stream gets a grace
+period to finish, then a final event with the task's current state. The SDK generator is always
+`aclose()`d: client gone, drained, or done.
+
+The turn a stream watches is not the stream's: it runs on after the client goes or the stream is
+drained, and its in-flight slot is held for as long as it runs (`turns.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import A2AError, InternalError
+from aiohttp import web
+
+from adapter.envelope import (
+    Request,
+    RpcId,
+    dumps,
+    error_body,
+    error_reason,
+    stream_result,
+    success,
+    task_result,
+)
+from authz import logs
+
+logger = logging.getLogger("adapter.a2a")
+
+KEEPALIVE = b": keep-alive\n\n"  # an SSE comment: keeps the connection busy, never an event
+HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+_INTERRUPTED_OR_TERMINAL = frozenset(
+    {
+        pb.TASK_STATE_COMPLETED,
+        pb.TASK_STATE_FAILED,
+        pb.TASK_STATE_CANCELED,
+        pb.TASK_STATE_REJECTED,
+        pb.TASK_STATE_INPUT_REQUIRED,
+        pb.TASK_STATE_AUTH_REQUIRED,
+    }
+)
+
+Events = AsyncGenerator[Any, None]
+
+
+class Drain:
+    """Shutdown state shared by the streams: `expired` completes when their grace is over."""
+
+    def __init__(self) -> None:
+        self.expired: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def start(self, grace: float) -> None:
+        def expire() -> None:
+            if not self.expired.done():
+                self.expired.set_result(None)
+
+        asyncio.get_running_loop().call_later(grace, expire)
+
+
+def log_internal_error(exc: BaseException) -> None:
+    """Log an unexpected exception by its type only: its message can carry request data."""
+    logs.event(logger, "a2a_internal_error", logging.ERROR, error_type=type(exc).__name__)
+
+
+class Streams:
+    """Opens the SDK's event stream of a streaming call; the `OpenStream` then serves it as SSE."""
+
+    def __init__(self, handler: DefaultRequestHandler, *, drain: Drain, keepalive: float) -> None:
+        self.handler = handler
+        self.drain = drain
+        self.keepalive = keepalive
+
+    async def open(self, call: Request, context: ServerCallContext) -> OpenStream:
+        """The call's stream at its first event; raises the A2A error (or unexpected exception)
+        that came before it, which the dispatcher answers as plain JSON."""
+        if call.method == "SubscribeToTask":
+            events: Events = self.handler.on_subscribe_to_task(call.params, context)
+        else:
+            events = self.handler.on_message_send_stream(call.params, context)
+        try:
+            first = await anext(events)
+        except StopAsyncIteration:
+            first = None
+        except BaseException:
+            await events.aclose()
+            raise
+        return OpenStream(self, call.rpc_id, context, events, first)
+
+
+class OpenStream:
+    """One stream past its first event: everything from here on is written as SSE."""
+
+    def __init__(
+        self,
+        streams: Streams,
+        rpc_id: RpcId,
+        context: ServerCallContext,
+        events: Events,
+        first: Any,
+    ) -> None:
+        self._streams = streams
+        self._rpc_id = rpc_id
+        self._context = context
+        self._events = events
+        self._first = first
+        self._response = web.StreamResponse(headers=HEADERS)
+
+    async def serve(self, http: web.Request) -> tuple[web.StreamResponse, str]:
+        """The SSE response and its outcome ("ok", "client_gone", "drained" or an error reason)."""
+        outcome = "ok"
+        try:
+            await self._response.prepare(http)
+            if self._first is not None:
+                outcome = await self._pump(self._first)
+            await self._response.write_eof()
+        except ConnectionResetError:
+            outcome = "client_gone"
+        finally:
+            await self._events.aclose()
+        return self._response, outcome
+
+    async def _pump(self, event: Any) -> str:
+        """Write events until the stream ends, an error, or the shutdown grace expires."""
+        if isinstance(event, pb.TaskStatusUpdateEvent | pb.TaskArtifactUpdateEvent):
+            # A follow-up on an existing task: the SDK starts with the update, but a task
+            # stream MUST begin with the Task (spec 3.1.2), so lead with its snapshot.
+            await self._snapshot(event.task_id)
+        task_id = ""
+        while True:
+            task_id = event.id if isinstance(event, pb.Task) else getattr(event, "task_id", task_id)
+            await self._write(success(self._rpc_id, stream_result(event)))
+            if _ends_stream(event):
+                return "ok"
+            pending = asyncio.ensure_future(anext(self._events))
+            if not await self._next_or_keep_alive(pending):
+                await self._snapshot(task_id)
+                return "drained"
+            try:
+                event = pending.result()
+            except StopAsyncIteration:
+                return "ok"
+            except A2AError as error:
+                return await self._fail(error)
+            except Exception as exc:  # noqa: BLE001 - an error event, type logged
+                log_internal_error(exc)
+                return await self._fail(InternalError())
+
+    async def _next_or_keep_alive(self, pending: asyncio.Future[Any]) -> bool:
+        """Wait for the stream's next event (`pending`), writing a keep-alive comment after each
+        silent interval; False when the shutdown grace expired first.
+
+        Unless it returns True, `pending` is cancelled and awaited before this returns or raises
+        (client gone, handler cancelled), so the SDK generator is idle when it is `aclose()`d.
+        """
+        try:
+            while True:
+                done, _ = await asyncio.wait(
+                    {pending, self._streams.drain.expired},
+                    timeout=self._streams.keepalive,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if pending in done:
+                    return True
+                if done:  # the shutdown grace is over
+                    break
+                await self._response.write(KEEPALIVE)
+        finally:
+            if not pending.done():
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await pending
+        return False
+
+    async def _snapshot(self, task_id: str) -> None:
+        """Send the task as it stands now (a stream's first event, or its last at shutdown)."""
+        try:
+            task = await self._streams.handler.on_get_task(
+                pb.GetTaskRequest(id=task_id), self._context
+            )
+        except A2AError as error:
+            await self._fail(error)
+            return
+        await self._write(success(self._rpc_id, task_result(task)))
+
+    async def _fail(self, error: A2AError) -> str:
+        """Send `error` as an `error` event; its reason is the stream's outcome."""
+        await self._write(error_body(self._rpc_id, error), event="error")
+        return error_reason(error)
+
+    async def _write(self, body: Any, *, event: str | None = None) -> None:
+        prefix = f"event: {event}\n".encode() if event else b""
+        await self._response.write(prefix + b"data: " + dumps(body) + b"\n\n")
+
+
+def _ends_stream(event: Any) -> bool:
+    if isinstance(event, pb.Message):
+        return True
+    if isinstance(event, pb.Task | pb.TaskStatusUpdateEvent):
+        return event.status.state in _INTERRUPTED_OR_TERMINAL
+    return False
