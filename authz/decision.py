@@ -19,22 +19,22 @@ and the result into a CheckResponse; an HTTP ext_authz transport could do the sa
 from __future__ import annotations
 
 import functools
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from authz import assertion, credentials, principal
+from authz import credentials, principal
 from authz.errors import Denial, Forbidden
 from authz.limits import Limiter
-from authz.principal import Principal, RoleRules, Surface
+from authz.principal import RoleRules
 from authz.settings import TokenRules
 from authz.tokens import TokenVerifier
+from contract import assertion
+from contract.headers import TRACEPARENT_HEADER
+from contract.identity import Principal, Surface
+from contract.tracing import trace_link
 
-# W3C Trace Context §3.2: version-traceid-parentid-flags, lowercase hex; a higher version may
-# append fields after the 55 characters we understand.
-_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 # No label means the most restrictive surface (a route someone forgot to label).
 _SURFACES: Mapping[str | None, Surface] = {
     None: "a2a",
@@ -121,7 +121,7 @@ class Decider:
             await self._limiter.check(limit_key(surface, who.subject))
         except Denial as denial:
             return Deny(denial, rid, who)
-        return Allow(who, surface, rid, signed, trace_link(headers.get("traceparent")))
+        return Allow(who, surface, rid, signed, trace_link(headers.get(TRACEPARENT_HEADER)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -129,21 +129,3 @@ def limit_key(surface: Surface, subject: str) -> str:
     """Budgets are per subject and per surface: `a2a:<sub>`, `approvals:<sub>`
     (docs/contract.md#the-rate-limit-subject)."""
     return f"{surface}:{quote(subject, safe='')}"
-
-
-def trace_link(traceparent: str | None) -> str | None:
-    """The inbound trace as a link target: a valid W3C traceparent (first 55 chars), else None."""
-    if traceparent is None:
-        return None
-    match = _TRACEPARENT.fullmatch(traceparent)
-    if match is None:
-        return None
-    version, trace_id, parent_id, _flags, rest = match.groups()
-    if (
-        version == "ff"
-        or (version == "00" and rest)
-        or trace_id == "0" * 32
-        or parent_id == "0" * 16
-    ):
-        return None
-    return traceparent[:55]

@@ -16,10 +16,11 @@ from typing import Any
 from envoy.service.auth.v3 import external_auth_pb2_grpc
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest, CheckResponse
 
-from authz import logs, responses
+from authz import responses
 from authz.decision import Allow, CheckView, Decider
 from authz.metrics import Metrics
-from authz.principal import Principal
+from contract.identity import Principal
+from runtime import logs
 
 MAX_LOGGED_PATH = 256
 

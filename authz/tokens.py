@@ -25,10 +25,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from authz.errors import InvalidToken, KeysUnavailable, TokenExpired, TokenNotYetValid
-from authz.jose import b64url_decode, json_object_segment
 from authz.jwks import KeySet, KeyStore, VerificationKey
-from authz.principal import Principal, is_identifier
 from authz.settings import TokenRules
+from contract.identity import Principal, is_identifier
+from contract.jose import b64url_decode, json_object_segment
 
 # Header parameters that would let a token choose its own key or demand extensions we do not
 # implement (RFC 7515 §4.1). Keys come only from the configured JWKS.

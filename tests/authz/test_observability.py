@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from authz import logs
+from runtime import logs
 from tests.authz.support import Issuer, RunningAuthz, SigningKey
 
 

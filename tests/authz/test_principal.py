@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from authz.errors import Forbidden, InsufficientScope
-from authz.principal import RoleRules, Surface, derive
+from authz.principal import RoleRules, derive
+from contract.identity import Surface
 from tests.authz.support import CONSOLE, Issuer, RunningAuthz, adapter_verify, denied
 
 RULES = RoleRules(claim="roles", autonomy=(("viewer", "L1"), ("operator", "L2"), ("admin", "L3")))

@@ -1,9 +1,10 @@
 """Structured logs: one JSON object per line on stderr.
 
 Each component logs one event per decision (authz: per Check; adapter: per request), so a log
-pipeline can count, join and alert on fields rather than parse prose. Fields are passed explicitly
-with `event(...)`; nothing here inspects values, so callers are responsible for never passing a
-credential — the decision code passes reason codes, principal keys and request ids only.
+pipeline can count, join and alert on fields rather than parse prose. Every process of ours (authz,
+the adapter, the dev issuer) logs this way, so the pipeline sees one format. Fields are passed
+explicitly with `event(...)`; nothing here inspects values, so callers are responsible for never
+passing a credential — the decision code passes reason codes, principal keys and request ids only.
 """
 
 from __future__ import annotations
