@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from authz import credentials, principal
+from authz import credentials
 from authz.errors import Denial, Forbidden
 from authz.limits import Limiter
-from authz.principal import RoleRules
+from authz.principal import PrincipalMemo, RoleRules
 from authz.settings import TokenRules
 from authz.tokens import TokenVerifier
 from contract import assertion
@@ -69,7 +69,8 @@ class Deny:
 
 
 class Decider:
-    """Holds the long-lived parts (key store via the verifier, limiter, keys to sign with)."""
+    """Holds the long-lived parts: the key store via the verifier, the principals derived so far
+    (`PrincipalMemo`, at most `memo_size` per surface), the limiter and the keys to sign with."""
 
     def __init__(
         self,
@@ -79,14 +80,15 @@ class Decider:
         limiter: Limiter,
         assertion_keys: assertion.AssertionKeys,
         *,
+        memo_size: int,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._audiences: Mapping[Surface, str] = {
             "a2a": rules.audience,
             "approvals": rules.console_audience,
         }
-        self._roles = roles
         self._verifier = verifier
+        self._principals = PrincipalMemo(roles, memo_size)
         self._limiter = limiter
         self._assertion_keys = assertion_keys
         self._clock = clock
@@ -104,10 +106,7 @@ class Decider:
             token = credentials.bearer_token(headers)
             now = self._clock()
             verified = await self._verifier.verify(token, self._audiences[surface], now)
-            who = verified.principals.get(surface)
-            if who is None:
-                who = principal.derive(verified.claims, surface, self._roles)
-                verified.principals[surface] = who
+            who = self._principals.principal(token, verified.claims, surface)
             signed = assertion.sign(
                 self._assertion_keys,
                 who,

@@ -1,4 +1,4 @@
-"""How authz derives the caller's principal from a verified token's claims.
+"""How authz derives the caller's principal from a verified token's claims, and remembers it.
 
 The principal itself — its kinds, its key, what each surface admits — is part of the wire contract
 (`contract.identity`, docs/contract.md#principals); which claims make which principal is authz's
@@ -59,6 +59,40 @@ def derive(claims: Mapping[str, Any], surface: Surface, rules: RoleRules) -> Pri
     return Principal(
         kind=kind, subject=subject, client=client, agent=agent, role=role, autonomy=autonomy
     )
+
+
+class PrincipalMemo:
+    """Principals already derived, by surface and bearer token, so that a token the verifier has
+    cached is not re-derived on every Check.
+
+    Sound only behind the verifier: a token's claims are fixed by its bytes and the role rules by
+    the process, and the decider asks only after the verifier accepted the token for this Check,
+    so an expired or revoked token never reaches its entry. Bounded like the token cache: at most
+    `size` tokens per surface, oldest first out; size 0 remembers nothing. A refusal is not
+    remembered (it is raised again, as cheaply, next time).
+    """
+
+    def __init__(self, rules: RoleRules, size: int) -> None:
+        self._rules = rules
+        self._size = size
+        self._entries: Mapping[Surface, dict[str, Principal]] = {"a2a": {}, "approvals": {}}
+
+    def principal(self, token: str, claims: Mapping[str, Any], surface: Surface) -> Principal:
+        """The principal of the verified `token` (whose claims these are) on `surface`, or a 403
+        `Denial`."""
+        entries = self._entries[surface]
+        who = entries.get(token)
+        if who is None:
+            who = derive(claims, surface, self._rules)
+            if self._size > 0:
+                if len(entries) >= self._size:
+                    del entries[next(iter(entries))]
+                entries[token] = who
+        return who
+
+    def __len__(self) -> int:
+        """How many principals are remembered, over both surfaces."""
+        return sum(len(entries) for entries in self._entries.values())
 
 
 def _optional_str(claims: Mapping[str, Any], name: str) -> str:

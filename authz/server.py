@@ -153,7 +153,14 @@ async def serve(
     verifier = TokenVerifier(
         settings.tokens, keys, cache_size=settings.token_cache_size, on_cache=metrics.cache_lookup
     )
-    decider = Decider(settings.tokens, settings.roles, verifier, limiter, settings.assertion_keys)
+    decider = Decider(
+        settings.tokens,
+        settings.roles,
+        verifier,
+        limiter,
+        settings.assertion_keys,
+        memo_size=settings.token_cache_size,
+    )
 
     server = grpc.aio.server(options=grpc_options(reuse_port=reuse_port))
     external_auth_pb2_grpc.add_AuthorizationServicer_to_server(
