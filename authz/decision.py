@@ -63,7 +63,11 @@ class Allow:
 
 @dataclass(frozen=True, slots=True)
 class Deny:
+    """A refusal, with what was known when it happened. `surface` is the resolved surface, or
+    the route's label as given when it names no surface we know (the refusal's cause)."""
+
     denial: Denial
+    surface: str
     request_id: str | None = None
     principal: Principal | None = None
 
@@ -94,12 +98,12 @@ class Decider:
         self._clock = clock
 
     async def decide(self, view: CheckView) -> Allow | Deny:
+        surface = _SURFACES.get(view.surface)
+        if surface is None:
+            return Deny(Forbidden("this route names an unknown surface"), view.surface or "")
         rid: str | None = None
         who: Principal | None = None
         try:
-            surface = _SURFACES.get(view.surface)
-            if surface is None:
-                raise Forbidden("this route names an unknown surface")
             headers = view.headers
             rid = credentials.request_id(headers)
             credentials.check_reserved(headers)
@@ -119,7 +123,7 @@ class Decider:
                 raise Forbidden("the caller's identity is too large to assert")
             await self._limiter.check(limit_key(surface, who.subject))
         except Denial as denial:
-            return Deny(denial, rid, who)
+            return Deny(denial, surface, rid, who)
         return Allow(who, surface, rid, signed, trace_link(headers.get(TRACEPARENT_HEADER)))
 
 

@@ -79,7 +79,7 @@ class AuthorizationService(external_auth_pb2_grpc.AuthorizationServicer):  # typ
             decision=decision,
             reason=reason,
             status=status,
-            surface=request.attributes.context_extensions.get("surface") or "a2a",
+            surface=result.surface,
             principal=who.key if who is not None else None,
             request_id=result.request_id,
             path=request.attributes.request.http.path.partition("?")[0][:MAX_LOGGED_PATH],
