@@ -107,8 +107,13 @@ def event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields
     handlers, filters) takes the ordinary path, without `logger.log`'s stack walk for the
     caller's file and line, which the JSON line never shows.
     """
-    if not logger.isEnabledFor(level):
-        return
+    if logger.isEnabledFor(level):
+        write(logger, name, level, fields)
+
+
+def write(logger: logging.Logger, name: str, level: int, fields: Mapping[str, Any]) -> None:
+    """`event` without the level check: for the few events that are logged whatever the
+    configured level says (a process's `serving` line, which its supervisor waits for)."""
     handler = _sole_json_handler(logger, level)
     if handler is not None:
         handler.write_event(level, logger.name, name, fields)

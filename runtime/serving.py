@@ -25,8 +25,9 @@ EVENT: Literal["serving"] = "serving"
 
 
 def log_serving(logger: logging.Logger, **fields: Any) -> None:
-    """Log the `serving` event with this process's pid and `fields`."""
-    logs.event(logger, EVENT, pid=os.getpid(), **fields)
+    """Log the `serving` event with this process's pid and `fields`, whatever the configured log
+    level: a supervisor waiting for it must not wait forever because the operator chose WARNING."""
+    logs.write(logger, EVENT, logging.INFO, {"pid": os.getpid(), **fields})
 
 
 def serving_fields(line: str) -> dict[str, Any] | None:

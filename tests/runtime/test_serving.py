@@ -40,6 +40,15 @@ def test_the_event_carries_the_pid_and_the_fields(stream: io.StringIO) -> None:
     )
 
 
+def test_the_event_is_written_whatever_the_log_level(stream: io.StringIO) -> None:
+    """With ORRERY_A2A_LOG_LEVEL=WARNING a supervisor still sees the process become ready."""
+    logging.getLogger().setLevel(logging.WARNING)
+    logger = logging.getLogger("test.serving")
+    logs.event(logger, "decision")  # an ordinary INFO event is filtered out...
+    log_serving(logger, addr="127.0.0.1:8081")  # ...the start-up event is not
+    assert [json.loads(line)["event"] for line in stream.getvalue().splitlines()] == ["serving"]
+
+
 def test_what_log_serving_writes_serving_fields_reads(stream: io.StringIO) -> None:
     """The reader takes exactly the writer's line as the event, with every field."""
     logging.getLogger().setLevel(logging.INFO)
