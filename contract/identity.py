@@ -23,7 +23,6 @@ Surface = Literal["a2a", "approvals"]
 
 KINDS: frozenset[str] = frozenset({"delegated", "service", "human"})
 AUTONOMY_LEVELS: tuple[Autonomy, ...] = ("L1", "L2", "L3")
-SURFACES: frozenset[str] = frozenset({"a2a", "approvals"})
 # Machines (delegated agents, services) use A2A; only the human who delegated decides approvals.
 SURFACE_KINDS: Mapping[Surface, frozenset[str]] = {
     "a2a": frozenset({"delegated", "service"}),
