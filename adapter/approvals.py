@@ -35,9 +35,10 @@ from adapter.metrics import Metrics
 from adapter.principal import verify_request
 from adapter.responses import refusal_response
 from adapter.stores.protocols import ConfirmationStore, Decision, DecisionOutcome
-from authz import logs
-from authz.assertion import AssertionKeys
-from authz.principal import Principal
+from contract.assertion import AssertionKeys
+from contract.headers import REQUEST_ID_HEADER
+from contract.identity import Principal
+from runtime import logs
 
 logger = logging.getLogger("adapter.approvals")
 
@@ -158,7 +159,7 @@ class ApprovalsEndpoint:
             decision=decision,
             outcome=outcome,
             principal=principal,
-            request_id=request.headers.get("x-request-id"),
+            request_id=request.headers.get(REQUEST_ID_HEADER),
         )
 
 

@@ -28,7 +28,7 @@ from adapter.gateway import (
     Turn,
     redact,
 )
-from authz.principal import Principal
+from contract.identity import Principal
 
 LEVELS = {"L1": 1, "L2": 2, "L3": 3}
 

@@ -59,9 +59,10 @@ from adapter.principal import PrincipalUser, verify_request
 from adapter.responses import refusal_response
 from adapter.streams import Streams, log_internal_error
 from adapter.turns import Turns
-from authz import logs
-from authz.assertion import AssertionKeys
-from authz.principal import Principal
+from contract.assertion import AssertionKeys
+from contract.headers import REQUEST_ID_HEADER
+from contract.identity import Principal
+from runtime import logs
 
 logger = logging.getLogger("adapter.a2a")
 
@@ -207,7 +208,7 @@ class Dispatcher:
             outcome=outcome,
             status=status,
             principal=principal.key if principal else None,
-            request_id=http.headers.get("x-request-id"),
+            request_id=http.headers.get(REQUEST_ID_HEADER),
             trace_link=tracing.trace_link(http),
             duration_ms=round(seconds * 1000, 3),
         )

@@ -33,7 +33,7 @@ from adapter.stores.protocols import (
     Proposal,
     Status,
 )
-from authz.principal import Principal
+from contract.identity import Principal
 
 __all__ = [
     "DEFAULT_GATEWAY",

@@ -23,7 +23,7 @@ from typing import Protocol
 from redis.exceptions import RedisError
 
 from adapter.errors import LimiterUnavailable, TooManyInFlight
-from authz import logs
+from runtime import logs
 
 logger = logging.getLogger("adapter.limits")
 

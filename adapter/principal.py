@@ -18,11 +18,10 @@ from a2a.server.context import ServerCallContext
 from multidict import CIMultiDictProxy
 
 from adapter.errors import Unauthenticated
-from authz.assertion import HEADER, AssertionKeys, verify
-from authz.errors import InvalidAssertion
-from authz.principal import Principal, Surface
-
-REQUEST_ID_HEADER = "x-request-id"
+from contract.assertion import AssertionKeys, verify
+from contract.errors import InvalidAssertion
+from contract.headers import PRINCIPAL_HEADER, REQUEST_ID_HEADER
+from contract.identity import Principal, Surface
 
 
 class PrincipalUser(User):
@@ -54,13 +53,13 @@ def verify_request(
     keys: AssertionKeys, headers: CIMultiDictProxy[str], surface: Surface
 ) -> Principal:
     """Return the request's principal or raise `Unauthenticated` (401) with a stable reason."""
-    assertion = _single(headers, HEADER)
+    assertion = _single(headers, PRINCIPAL_HEADER)
     request_id = _single(headers, REQUEST_ID_HEADER)
     try:
         verified = verify(
             keys, assertion, request_id=request_id, surface=surface, now=int(time.time())
         )
-    except InvalidAssertion as exc:
+    except InvalidAssertion as exc:  # the contract's reason code becomes this refusal's
         raise Unauthenticated(exc.description, reason=exc.reason) from None
     return verified.principal
 

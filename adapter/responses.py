@@ -16,10 +16,10 @@ from typing import Any
 from aiohttp import web
 
 from adapter.errors import Refusal, TooManyInFlight, Unauthenticated
+from contract.headers import BEARER_CHALLENGE
 
 ORRERY_DOMAIN = "orrery-a2a"
 TOO_MANY_IN_FLIGHT_CODE = -32000
-WWW_AUTHENTICATE = 'Bearer realm="orrery-a2a"'
 
 
 def too_many_in_flight_body(refusal: TooManyInFlight) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def refusal_response(refusal: Refusal) -> web.Response:
     else:
         body = {"error": refusal.reason, "error_description": refusal.description}
         if isinstance(refusal, Unauthenticated):
-            headers["WWW-Authenticate"] = WWW_AUTHENTICATE
+            headers["WWW-Authenticate"] = BEARER_CHALLENGE
     return web.Response(
         body=json.dumps(body, separators=(",", ":")).encode(),
         status=refusal.status,

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from authz.assertion import AssertionKeys
-from authz.env import EnvReader, is_loopback_url
+from contract.assertion import AssertionKeys
+from runtime.env import EnvReader, is_loopback_url
 
 DEFAULT_ADDR = "127.0.0.1:8081"
 DEFAULT_PUBLIC_URL = "http://127.0.0.1:8080/a2a"
@@ -37,12 +37,6 @@ def _database_url(text: str) -> str:
     if urlsplit(text).scheme not in ("postgres", "postgresql"):
         # Never echo the value: it usually carries a password.
         raise ValueError("expected a postgresql:// URL")
-    return text
-
-
-def _redis_url(text: str) -> str:
-    if urlsplit(text).scheme not in ("redis", "rediss", "unix"):
-        raise ValueError("expected a redis://, rediss:// or unix:// URL")
     return text
 
 
@@ -98,7 +92,7 @@ class AdapterSettings:
         if reader.string("ORRERY_A2A_ASSERTION_KEYS", required=True):
             keys = reader.parsed("ORRERY_A2A_ASSERTION_KEYS", "", _keys, None)
         database_url = _optional(reader, "DATABASE_URL", _database_url)
-        redis_url = _optional(reader, "ORRERY_A2A_REDIS_URL", _redis_url)
+        redis_url = reader.redis_url("ORRERY_A2A_REDIS_URL")
         gateway = _optional(reader, "ORRERY_A2A_GATEWAY", _gateway)
         multi_replica = reader.boolean("ORRERY_MULTI_REPLICA")
         if multi_replica:
@@ -112,9 +106,6 @@ class AdapterSettings:
                     "ORRERY_A2A_REDIS_URL",
                     "ORRERY_MULTI_REPLICA=true needs a shared in-flight counter",
                 )
-        log_level = reader.string("ORRERY_A2A_LOG_LEVEL", "INFO").upper()
-        if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-            reader.problem("ORRERY_A2A_LOG_LEVEL", "expected DEBUG, INFO, WARNING or ERROR")
         settings = cls(
             addr=reader.address("ORRERY_A2A_ADAPTER_ADDR", DEFAULT_ADDR),
             assertion_keys=keys,  # type: ignore[arg-type]  # None only when finish() raises
@@ -139,7 +130,7 @@ class AdapterSettings:
             # Proxies close a silent stream (Envoy: 300 s); a comment line every interval keeps
             # a stream that waits on a slow turn open. Well below any proxy's idle timeout.
             sse_keepalive=reader.seconds("ORRERY_A2A_SSE_KEEPALIVE", "15s", minimum=0.1),
-            log_level=log_level,
+            log_level=reader.log_level("ORRERY_A2A_LOG_LEVEL"),
         )
         reader.finish()
         return settings

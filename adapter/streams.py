@@ -38,7 +38,7 @@ from adapter.envelope import (
     success,
     task_result,
 )
-from authz import logs
+from runtime import logs
 
 logger = logging.getLogger("adapter.a2a")
 

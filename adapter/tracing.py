@@ -19,7 +19,6 @@ header: traces often reach a wider audience than logs. An exception is recorded 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -27,21 +26,17 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
-TRACE_LINK_HEADER = "x-orrery-trace-link"
-# W3C Trace Context §3.2 as authz forwards it: version 00's four fields, lowercase hex.
-_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+from contract.headers import REQUEST_ID_HEADER, TRACE_LINK_HEADER
+from contract.tracing import is_trace_link
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def trace_link(request: web.Request) -> str | None:
-    """The caller's W3C traceparent that authz moved to `x-orrery-trace-link`, when well-formed
-    (all-zero ids are invalid in W3C Trace Context and are dropped too)."""
-    value = request.headers.get(TRACE_LINK_HEADER, "")
-    match = _TRACEPARENT.fullmatch(value)
-    if match is None or match[2] == "0" * 32 or match[3] == "0" * 16:
-        return None
-    return value
+    """The caller's W3C traceparent that authz moved to `x-orrery-trace-link`, when it is one
+    authz could have forwarded (`contract.tracing`); anything else is no link."""
+    value = request.headers.get(TRACE_LINK_HEADER)
+    return value if is_trace_link(value) else None
 
 
 def _links(traceparent: str | None) -> list[Link]:
@@ -62,7 +57,7 @@ def traced(tracer: trace.Tracer, name: str, handler: Handler) -> Handler:
             name,
             kind=SpanKind.SERVER,
             links=_links(trace_link(request)),
-            attributes={"orrery.request_id": request.headers.get("x-request-id", "")},
+            attributes={"orrery.request_id": request.headers.get(REQUEST_ID_HEADER, "")},
             record_exception=False,  # an exception's text may carry request data
             set_status_on_exception=False,
         ) as span:

@@ -21,11 +21,12 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from authz import logs
-from authz.errors import ConfigError
 from authz.server import Bound, configure_logging, process_logger, run
 from authz.settings import AuthzSettings
 from authz.workers import WorkerDied, run_workers
+from runtime import logs
+from runtime.errors import ConfigError
+from runtime.serving import log_serving
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,7 +77,7 @@ def load_settings(env: Mapping[str, str], workers: int) -> AuthzSettings:
 
 
 def _log_serving(bound: Bound) -> None:
-    logs.event(process_logger, "serving", workers=1, pid=os.getpid(), **dataclasses.asdict(bound))
+    log_serving(process_logger, workers=1, **dataclasses.asdict(bound))
 
 
 if __name__ == "__main__":

@@ -20,10 +20,8 @@ import re
 from collections.abc import Mapping
 
 from authz.errors import BadRequest, InvalidToken, LoopDetected, MissingCredential, ReservedHeader
+from contract.headers import HOP_HEADER, REQUEST_ID_HEADER, RESERVED_PREFIX
 
-RESERVED_PREFIX = "x-orrery-"
-HOP_HEADER = "x-orrery-hop"
-REQUEST_ID_HEADER = "x-request-id"
 MAX_TOKEN_BYTES = 8192
 
 _COMPACT_JWS = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")

@@ -19,22 +19,22 @@ and the result into a CheckResponse; an HTTP ext_authz transport could do the sa
 from __future__ import annotations
 
 import functools
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from authz import assertion, credentials, principal
+from authz import credentials
 from authz.errors import Denial, Forbidden
 from authz.limits import Limiter
-from authz.principal import Principal, RoleRules, Surface
+from authz.principal import PrincipalMemo, RoleRules
 from authz.settings import TokenRules
 from authz.tokens import TokenVerifier
+from contract import assertion
+from contract.headers import TRACEPARENT_HEADER
+from contract.identity import Principal, Surface
+from contract.tracing import trace_link
 
-# W3C Trace Context §3.2: version-traceid-parentid-flags, lowercase hex; a higher version may
-# append fields after the 55 characters we understand.
-_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 # No label means the most restrictive surface (a route someone forgot to label).
 _SURFACES: Mapping[str | None, Surface] = {
     None: "a2a",
@@ -63,13 +63,18 @@ class Allow:
 
 @dataclass(frozen=True, slots=True)
 class Deny:
+    """A refusal, with what was known when it happened. `surface` is the resolved surface, or
+    the route's label as given when it names no surface we know (the refusal's cause)."""
+
     denial: Denial
+    surface: str
     request_id: str | None = None
     principal: Principal | None = None
 
 
 class Decider:
-    """Holds the long-lived parts (key store via the verifier, limiter, keys to sign with)."""
+    """Holds the long-lived parts: the key store via the verifier, the principals derived so far
+    (`PrincipalMemo`, at most `memo_size` per surface), the limiter and the keys to sign with."""
 
     def __init__(
         self,
@@ -79,35 +84,33 @@ class Decider:
         limiter: Limiter,
         assertion_keys: assertion.AssertionKeys,
         *,
+        memo_size: int,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._audiences: Mapping[Surface, str] = {
             "a2a": rules.audience,
             "approvals": rules.console_audience,
         }
-        self._roles = roles
         self._verifier = verifier
+        self._principals = PrincipalMemo(roles, memo_size)
         self._limiter = limiter
         self._assertion_keys = assertion_keys
         self._clock = clock
 
     async def decide(self, view: CheckView) -> Allow | Deny:
+        surface = _SURFACES.get(view.surface)
+        if surface is None:
+            return Deny(Forbidden("this route names an unknown surface"), view.surface or "")
         rid: str | None = None
         who: Principal | None = None
         try:
-            surface = _SURFACES.get(view.surface)
-            if surface is None:
-                raise Forbidden("this route names an unknown surface")
             headers = view.headers
             rid = credentials.request_id(headers)
             credentials.check_reserved(headers)
             token = credentials.bearer_token(headers)
             now = self._clock()
             verified = await self._verifier.verify(token, self._audiences[surface], now)
-            who = verified.principals.get(surface)
-            if who is None:
-                who = principal.derive(verified.claims, surface, self._roles)
-                verified.principals[surface] = who
+            who = self._principals.principal(token, verified.claims, surface)
             signed = assertion.sign(
                 self._assertion_keys,
                 who,
@@ -120,8 +123,8 @@ class Decider:
                 raise Forbidden("the caller's identity is too large to assert")
             await self._limiter.check(limit_key(surface, who.subject))
         except Denial as denial:
-            return Deny(denial, rid, who)
-        return Allow(who, surface, rid, signed, trace_link(headers.get("traceparent")))
+            return Deny(denial, surface, rid, who)
+        return Allow(who, surface, rid, signed, trace_link(headers.get(TRACEPARENT_HEADER)))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -129,21 +132,3 @@ def limit_key(surface: Surface, subject: str) -> str:
     """Budgets are per subject and per surface: `a2a:<sub>`, `approvals:<sub>`
     (docs/contract.md#the-rate-limit-subject)."""
     return f"{surface}:{quote(subject, safe='')}"
-
-
-def trace_link(traceparent: str | None) -> str | None:
-    """The inbound trace as a link target: a valid W3C traceparent (first 55 chars), else None."""
-    if traceparent is None:
-        return None
-    match = _TRACEPARENT.fullmatch(traceparent)
-    if match is None:
-        return None
-    version, trace_id, parent_id, _flags, rest = match.groups()
-    if (
-        version == "ff"
-        or (version == "00" and rest)
-        or trace_id == "0" * 32
-        or parent_id == "0" * 16
-    ):
-        return None
-    return traceparent[:55]

@@ -118,24 +118,3 @@ class KeysUnavailable(Unavailable):
 
 class LimiterUnavailable(Unavailable):
     reason = "limiter_unavailable"
-
-
-class InvalidAssertion(Unauthenticated):
-    """The `x-orrery-principal` assertion is absent, forged, stale or not for this request.
-
-    Raised by the assertion codec on the adapter side (defence in depth behind Envoy).
-    """
-
-    reason = "assertion_invalid"
-
-
-class AssertionExpired(InvalidAssertion):
-    reason = "assertion_expired"
-
-
-class ConfigError(Exception):
-    """Bad configuration: one message naming every bad variable, raised before serving."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("invalid configuration:\n  " + "\n  ".join(problems))
-        self.problems = problems

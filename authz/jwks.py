@@ -36,10 +36,10 @@ from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 
-from authz import logs
 from authz.errors import KeysUnavailable, UnknownSigningKey
-from authz.jose import b64url_decode, strict_json
 from authz.settings import JwksSettings
+from contract.jose import b64url_decode, strict_json
+from runtime import logs
 
 MAX_JWKS_BYTES = 64 * 1024
 MIN_RSA_BITS = 2048

@@ -36,9 +36,9 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from authz import logs
 from authz.errors import LimiterUnavailable, RateLimited
 from authz.settings import RateLimitSettings
+from runtime import logs
 
 REDIS_PREFIX = "orrery-a2a:rl:"
 

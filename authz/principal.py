@@ -1,72 +1,18 @@
-"""Who is calling: the principal, its unambiguous key, and how authz derives it.
+"""How authz derives the caller's principal from a verified token's claims, and remembers it.
 
-The contract is docs/contract.md#principals.
-
-A principal is the *whole* identity of a caller: its kind, the OAuth client it uses, the agent
-acting (for a delegated call) and the subject (the delegating user, or the client itself for a
-service). Everything that scopes data — task ownership, conversation ids, in-flight caps — keys on
-`Principal.key`, so two agents delegated by one user never share a task, while they do share the
-subject's rate limit.
+The principal itself — its kinds, its key, what each surface admits — is part of the wire contract
+(`contract.identity`, docs/contract.md#principals); which claims make which principal is authz's
+own rule, written out here.
 """
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeGuard
-from urllib.parse import quote
+from typing import Any
 
 from authz.errors import Forbidden, InsufficientScope
-
-Kind = Literal["delegated", "service", "human"]
-Autonomy = Literal["L1", "L2", "L3"]
-Surface = Literal["a2a", "approvals"]
-
-KINDS: frozenset[str] = frozenset({"delegated", "service", "human"})
-AUTONOMY_LEVELS: tuple[Autonomy, ...] = ("L1", "L2", "L3")
-SURFACES: frozenset[str] = frozenset({"a2a", "approvals"})
-
-
-# C0 controls, DEL and C1 controls: never part of a real identifier, and NUL cannot even be stored
-# in PostgreSQL text, where the adapter keeps task owners and approval subjects.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def is_identifier(value: object) -> TypeGuard[str]:
-    """A non-empty string without control characters: what an identity claim must be."""
-    return isinstance(value, str) and bool(value) and _CONTROL.search(value) is None
-
-
-@functools.lru_cache(maxsize=4096)  # hot on both sides (every Check, every adapter request)
-def principal_key(kind: str, client: str, agent: str, subject: str) -> str:
-    """Join the four identity components so that no two distinct tuples give one key.
-
-    A plain `kind:client:agent:subject` join is ambiguous (client `cx:` + subject `y` vs client
-    `cx` + subject `:y`). Percent-encoding every byte outside RFC 3986 unreserved — `:` and `%`
-    included — makes `:` occur only as the separator, so the join is injective.
-    """
-    return ":".join(quote(part, safe="") for part in (kind, client, agent, subject))
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """A verified caller. `agent` is the acting agent (`act.sub`) or "" when none."""
-
-    kind: Kind
-    subject: str
-    client: str
-    agent: str
-    role: str
-    autonomy: Autonomy
-
-    @property
-    def key(self) -> str:
-        return principal_key(self.kind, self.client, self.agent, self.subject)
-
-
-# --- Deriving a principal from verified token claims (authz only) --------------------------------
+from contract.identity import AUTONOMY_LEVELS, Autonomy, Kind, Principal, Surface, is_identifier
 
 # Prior actors nest inside `act` (RFC 8693 §4.1); real chains are short, and the bound keeps a
 # hostile token from making us walk a deep structure.
@@ -113,6 +59,40 @@ def derive(claims: Mapping[str, Any], surface: Surface, rules: RoleRules) -> Pri
     return Principal(
         kind=kind, subject=subject, client=client, agent=agent, role=role, autonomy=autonomy
     )
+
+
+class PrincipalMemo:
+    """Principals already derived, by surface and bearer token, so that a token the verifier has
+    cached is not re-derived on every Check.
+
+    Sound only behind the verifier: a token's claims are fixed by its bytes and the role rules by
+    the process, and the decider asks only after the verifier accepted the token for this Check,
+    so an expired or revoked token never reaches its entry. Bounded like the token cache: at most
+    `size` tokens per surface, oldest first out; size 0 remembers nothing. A refusal is not
+    remembered (it is raised again, as cheaply, next time).
+    """
+
+    def __init__(self, rules: RoleRules, size: int) -> None:
+        self._rules = rules
+        self._size = size
+        self._entries: Mapping[Surface, dict[str, Principal]] = {"a2a": {}, "approvals": {}}
+
+    def principal(self, token: str, claims: Mapping[str, Any], surface: Surface) -> Principal:
+        """The principal of the verified `token` (whose claims these are) on `surface`, or a 403
+        `Denial`."""
+        entries = self._entries[surface]
+        who = entries.get(token)
+        if who is None:
+            who = derive(claims, surface, self._rules)
+            if self._size > 0:
+                if len(entries) >= self._size:
+                    del entries[next(iter(entries))]
+                entries[token] = who
+        return who
+
+    def __len__(self) -> int:
+        """How many principals are remembered, over both surfaces."""
+        return sum(len(entries) for entries in self._entries.values())
 
 
 def _optional_str(claims: Mapping[str, Any], name: str) -> str:

@@ -29,12 +29,15 @@ from envoy.type.v3.http_status_pb2 import HttpStatus
 from google.rpc import code_pb2
 from google.rpc.status_pb2 import Status
 
-from authz.assertion import HEADER as PRINCIPAL_HEADER
 from authz.errors import Denial, InsufficientScope, MissingCredential, RateLimited, Unauthenticated
+from contract.headers import (
+    BEARER_CHALLENGE,
+    PRINCIPAL_HEADER,
+    TRACE_LINK_HEADER,
+    TRACEPARENT_HEADER,
+)
 
-TRACE_LINK_HEADER = "x-orrery-trace-link"
-REMOVED_HEADERS = ("authorization", "traceparent", "tracestate")
-REALM = "orrery-a2a"
+REMOVED_HEADERS = ("authorization", TRACEPARENT_HEADER, "tracestate")
 
 _OVERWRITE = HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
 _NO_APPEND = {"value": False}  # google.protobuf.BoolValue, present and false
@@ -109,7 +112,7 @@ def _denied(
 def denial_headers(denial: Denial) -> list[tuple[str, str]]:
     """The headers a denial adds beyond content-type (shared with any future HTTP transport)."""
     if isinstance(denial, MissingCredential):
-        return [("www-authenticate", f'Bearer realm="{REALM}"')]
+        return [("www-authenticate", BEARER_CHALLENGE)]
     if isinstance(denial, Unauthenticated):
         return [("www-authenticate", _challenge("invalid_token", denial.description))]
     if isinstance(denial, InsufficientScope):
@@ -125,4 +128,4 @@ def denial_headers(denial: Denial) -> list[tuple[str, str]]:
 
 def _challenge(error: str, description: str) -> str:
     # Descriptions are our own literals (see authz.errors); quotes and backslashes cannot occur.
-    return f'Bearer realm="{REALM}", error="{error}", error_description="{description}"'
+    return f'{BEARER_CHALLENGE}, error="{error}", error_description="{description}"'

@@ -28,7 +28,6 @@ from envoy.service.auth.v3 import external_auth_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from authz import logs
 from authz.decision import Decider
 from authz.jwks import KeyStore, source_for
 from authz.limits import Limiter
@@ -36,6 +35,8 @@ from authz.metrics import Metrics
 from authz.service import AuthorizationService
 from authz.settings import AuthzSettings
 from authz.tokens import TokenVerifier
+from runtime import logs
+from runtime.addresses import format_address, is_ipv6
 
 AUTHZ_SERVICE = "envoy.service.auth.v3.Authorization"
 SHUTDOWN_GRACE_SECONDS = 5.0
@@ -58,10 +59,6 @@ class Bound:
     grpc: str
     metrics: str | None
     keys_usable: bool
-
-
-def format_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def grpc_options(*, reuse_port: bool) -> list[tuple[str, int]]:
@@ -88,7 +85,7 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
     @staticmethod
     def start(addr: tuple[str, int], registry: CollectorRegistry) -> MetricsServer:
         host, port = addr
-        kind = _MetricsServer6 if ":" in host else MetricsServer
+        kind = _MetricsServer6 if is_ipv6(host) else MetricsServer
         server = make_server(host, port, make_wsgi_app(registry), kind, handler_class=_QuietHandler)
         threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -156,7 +153,14 @@ async def serve(
     verifier = TokenVerifier(
         settings.tokens, keys, cache_size=settings.token_cache_size, on_cache=metrics.cache_lookup
     )
-    decider = Decider(settings.tokens, settings.roles, verifier, limiter, settings.assertion_keys)
+    decider = Decider(
+        settings.tokens,
+        settings.roles,
+        verifier,
+        limiter,
+        settings.assertion_keys,
+        memo_size=settings.token_cache_size,
+    )
 
     server = grpc.aio.server(options=grpc_options(reuse_port=reuse_port))
     external_auth_pb2_grpc.add_AuthorizationServicer_to_server(
@@ -165,9 +169,9 @@ async def serve(
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     host, port = settings.addr
     try:
-        port = server.add_insecure_port(format_address(host, port))
+        port = server.add_insecure_port(format_address((host, port)))
     except RuntimeError as exc:  # grpc reports a failed bind this way
-        raise OSError(f"cannot listen on {format_address(*settings.addr)}") from exc
+        raise OSError(f"cannot listen on {format_address(settings.addr)}") from exc
     metrics_server = None
     try:
         await server.start()
@@ -175,8 +179,8 @@ async def serve(
         metrics_addr = None
         if serve_metrics:
             metrics_server = MetricsServer.start(settings.metrics_addr, metrics.registry)
-            metrics_addr = format_address(settings.metrics_addr[0], metrics_server.server_port)
-        on_ready(Bound(format_address(host, port), metrics_addr, keys.usable()))
+            metrics_addr = format_address((settings.metrics_addr[0], metrics_server.server_port))
+        on_ready(Bound(format_address((host, port)), metrics_addr, keys.usable()))
         await stop.wait()
         await health_servicer.enter_graceful_shutdown()
         await server.stop(SHUTDOWN_GRACE_SECONDS)

@@ -16,10 +16,11 @@ from typing import Any
 from envoy.service.auth.v3 import external_auth_pb2_grpc
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest, CheckResponse
 
-from authz import logs, responses
+from authz import responses
 from authz.decision import Allow, CheckView, Decider
 from authz.metrics import Metrics
-from authz.principal import Principal
+from contract.identity import Principal
+from runtime import logs
 
 MAX_LOGGED_PATH = 256
 
@@ -78,7 +79,7 @@ class AuthorizationService(external_auth_pb2_grpc.AuthorizationServicer):  # typ
             decision=decision,
             reason=reason,
             status=status,
-            surface=request.attributes.context_extensions.get("surface") or "a2a",
+            surface=result.surface,
             principal=who.key if who is not None else None,
             request_id=result.request_id,
             path=request.attributes.request.http.path.partition("?")[0][:MAX_LOGGED_PATH],

@@ -3,7 +3,7 @@
 `AuthzSettings.from_env(env)` is the only place that looks at environment variables. Each part of
 the request path gets the narrow slice it needs (`TokenRules`, `JwksSettings`, `RoleRules`,
 `RateLimitSettings`), so a reviewer can see what a module can depend on from its signature.
-Every bad variable is reported in one `ConfigError` (see `authz.env`); secret values are never
+Every bad variable is reported in one `ConfigError` (see `runtime.env`); secret values are never
 echoed in it.
 """
 
@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from authz.assertion import AssertionKeys
-from authz.env import EnvReader, is_loopback_url
-from authz.principal import AUTONOMY_LEVELS, Autonomy, RoleRules
+from authz.principal import RoleRules
+from contract.assertion import AssertionKeys
+from contract.identity import AUTONOMY_LEVELS, Autonomy
+from runtime.env import EnvReader, is_loopback_url
 
 # Asymmetric JWS algorithms we can verify (RFC 7518 §3, RFC 8037). HMAC and `none` are absent on
 # purpose: a shared secret would let anyone who can verify tokens also mint them.
@@ -120,7 +121,7 @@ class AuthzSettings:
             assertion_keys=_assertion_keys(read),
             token_cache_size=read.integer("ORRERY_A2A_TOKEN_CACHE_SIZE", 10_000, maximum=1_000_000),
             limits=_rate_limit_settings(read),
-            log_level=read.parsed("ORRERY_A2A_LOG_LEVEL", "INFO", _log_level, "INFO"),
+            log_level=read.log_level("ORRERY_A2A_LOG_LEVEL"),
         )
         read.finish()
         return settings
@@ -184,10 +185,7 @@ def _rate_limit_settings(read: EnvReader) -> RateLimitSettings:
     if mode not in ("local", "deny"):
         read.problem("ORRERY_A2A_REDIS_FAILURE_MODE", f"expected local or deny, got {mode!r}")
         mode = "local"
-    redis_url = read.raw("ORRERY_A2A_REDIS_URL") or None
-    if redis_url is not None and urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
-        # The URL may hold a password: name the problem, never the value.
-        read.problem("ORRERY_A2A_REDIS_URL", "expected a redis://, rediss:// or unix:// URL")
+    redis_url = read.redis_url("ORRERY_A2A_REDIS_URL")
     return RateLimitSettings(
         rate=rate,
         period=period,
@@ -236,10 +234,3 @@ def parse_role_autonomy(text: str) -> tuple[tuple[str, Autonomy], ...]:
             raise ValueError(f"role {role!r} is listed twice")
         pairs.append((role, autonomy))
     return tuple(pairs)
-
-
-def _log_level(text: str) -> str:
-    level = text.upper()
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise ValueError(f"expected DEBUG, INFO, WARNING or ERROR, got {text!r}")
-    return level

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -25,10 +25,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from authz.errors import InvalidToken, KeysUnavailable, TokenExpired, TokenNotYetValid
-from authz.jose import b64url_decode, json_object_segment
 from authz.jwks import KeySet, KeyStore, VerificationKey
-from authz.principal import Principal, is_identifier
 from authz.settings import TokenRules
+from contract.identity import is_identifier
+from contract.jose import b64url_decode, json_object_segment
 
 # Header parameters that would let a token choose its own key or demand extensions we do not
 # implement (RFC 7515 §4.1). Keys come only from the configured JWKS.
@@ -55,11 +55,7 @@ _EC_COORDINATE_BYTES = {"ES256": 32, "ES384": 48, "ES512": 66}
 
 @dataclass(frozen=True, slots=True)
 class VerifiedToken:
-    """A token whose signature and claims passed; what later steps and the cache need.
-
-    `principals` memoizes what the decision derives from these (immutable) claims per surface,
-    so a cached token is not re-derived on every Check.
-    """
+    """A token whose signature and claims passed; what later steps and the cache need."""
 
     claims: Mapping[str, Any]
     key: VerificationKey
@@ -67,7 +63,6 @@ class VerifiedToken:
     expires_at: int
     not_before: int | None
     issued_at: int | None
-    principals: dict[str, Principal] = field(default_factory=dict, compare=False, repr=False)
 
 
 def verify_signature(alg: str, key: VerificationKey, signing_input: bytes, sig: bytes) -> bool:

@@ -30,16 +30,11 @@ from multiprocessing.process import BaseProcess
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from authz import logs
-from authz.server import (
-    Bound,
-    MetricsServer,
-    configure_logging,
-    format_address,
-    process_logger,
-    run,
-)
+from authz.server import Bound, MetricsServer, configure_logging, process_logger, run
 from authz.settings import AuthzSettings
+from runtime import logs
+from runtime.addresses import format_address
+from runtime.serving import log_serving
 
 WORKER_START_TIMEOUT = 60.0
 WORKER_STOP_TIMEOUT = 15.0
@@ -118,13 +113,11 @@ def _serve_merged_metrics(
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=metrics_dir)  # type: ignore[no-untyped-call]
     server = MetricsServer.start(settings.metrics_addr, registry)
-    logs.event(
+    log_serving(
         process_logger,
-        "serving",
         workers=count,
-        pid=os.getpid(),
         grpc=grpc_address,
-        metrics=format_address(settings.metrics_addr[0], server.server_port),
+        metrics=format_address((settings.metrics_addr[0], server.server_port)),
     )
     return server
 

@@ -3,7 +3,7 @@
 Both servers wrap the same executor over the same embedded demo gateway and run as their own
 processes on 127.0.0.1; the same `wrk` script drives both in the same run, alternating rounds.
 The adapter is measured as it runs in production: principal assertion verified per request
-(pre-minted by `authz.assertion.sign` for distinct request ids, as authz would), per-request JSON
+(pre-minted by `contract.assertion.sign` for distinct request ids, as authz would), per-request JSON
 log event (drained to /dev/null), metrics, in-flight slots (cap raised so one principal can use
 every connection), bounded task store. The stock server runs with no authentication and no access
 log. Also reported: server CPU milliseconds per request (from /proc).
@@ -16,7 +16,6 @@ Prints the ratio; asserts nothing. Needs `wrk` and the `bench` extra (starlette,
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import re
@@ -30,8 +29,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from authz.assertion import AssertionKeys, sign
-from authz.principal import Principal
+from contract.assertion import AssertionKeys, new_keys_spec, sign
+from contract.identity import Principal
+from runtime.addresses import parse_address
+from runtime.serving import serving_fields
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -63,10 +64,10 @@ def start_adapter(keys_spec: str) -> tuple[subprocess.Popen[str], int]:
     )
     assert process.stderr is not None
     for line in process.stderr:
-        event = json.loads(line)
-        if event.get("event") == "serving":
+        event = serving_fields(line)
+        if event is not None:
             drain(process.stderr)
-            return process, int(event["addr"].rsplit(":", 1)[1])
+            return process, parse_address(event["addr"])[1]
     raise RuntimeError("the adapter exited before serving")
 
 
@@ -182,8 +183,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    secret = base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
-    keys_spec = f"bench={secret}"
+    keys_spec = new_keys_spec("bench")
     keys = AssertionKeys.parse(keys_spec)
     servers = {
         "stock": start_stock("true"),  # as shipped: the SDK's no-op OpenTelemetry spans on

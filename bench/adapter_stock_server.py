@@ -27,7 +27,7 @@ from adapter.demo_gateway import DemoGateway
 from adapter.executor import GatewayExecutor
 from adapter.principal import PrincipalUser
 from adapter.stores.memory import MemoryConfirmationStore
-from authz.principal import Principal
+from contract.identity import Principal
 
 PRINCIPAL = Principal(
     kind="delegated", subject="bench", client="bench", agent="bench", role="admin", autonomy="L3"

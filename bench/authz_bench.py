@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
+import logging
 import os
 import re
-import secrets
 import shutil
 import statistics
 import subprocess
@@ -49,6 +48,10 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from envoy.service.auth.v3 import external_auth_pb2_grpc
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest, CheckResponse
+
+from contract.assertion import new_keys_spec
+from runtime import logs
+from runtime.serving import log_serving, serving_fields
 
 ISSUER = "https://issuer.bench"
 AUDIENCE = "orrery-a2a"
@@ -78,17 +81,12 @@ async def serve_baseline() -> None:
     external_auth_pb2_grpc.add_AuthorizationServicer_to_server(NothingService(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    print(
-        json.dumps({"event": "serving", "grpc": f"127.0.0.1:{port}"}), file=sys.stderr, flush=True
-    )
+    logs.configure()
+    log_serving(logging.getLogger("bench.baseline"), grpc=f"127.0.0.1:{port}")
     await server.wait_for_termination()
 
 
 # --- fixtures: keys, tokens, the request body ---------------------------------------------------
-
-
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
 def public_jwk(kid: str, key: Any, alg: str) -> dict[str, Any]:
@@ -175,8 +173,8 @@ def start(name: str, args: list[str], env: dict[str, str], log: Path) -> Server:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for line in log.read_text().splitlines():
-            if '"event":"serving"' in line.replace(" ", ""):
-                event = json.loads(line)
+            event = serving_fields(line)
+            if event is not None:
                 return Server(name, proc, event["grpc"], event.get("metrics"))
         if proc.poll() is not None:
             raise SystemExit(f"{name} exited: {log.read_text()[-2000:]}")
@@ -266,7 +264,7 @@ def main() -> None:
         "ORRERY_A2A_JWT_AUDIENCE": AUDIENCE,
         "ORRERY_CONSOLE_JWT_AUDIENCE": "orrery-console",
         "ORRERY_A2A_JWKS_FILE": str(work / "jwks.json"),
-        "ORRERY_A2A_ASSERTION_KEYS": "bench=" + b64(secrets.token_bytes(32)),
+        "ORRERY_A2A_ASSERTION_KEYS": new_keys_spec("bench"),
         "ORRERY_A2A_RATE_LIMIT": "100000000/second",
     }
     python = sys.executable

@@ -48,9 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import adapter_benc
 
 from adapter_bench import WrkRun, cpu_seconds, mint, run_wrk, start_stock
 
-from authz.assertion import AssertionKeys, sign
-from authz.env import parse_address
-from authz.principal import Principal
+from contract.assertion import AssertionKeys, sign
+from contract.identity import Principal
+from runtime.addresses import parse_address
 from stack import envoy_config
 from stack.keys import load_signing_key, public_jwk
 from stack.runtime import StackState

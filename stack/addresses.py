@@ -1,19 +1,13 @@
-"""Socket addresses of the stack, and the loopback rule of the dev issuer."""
+"""The local stack's own address rules: the dev issuer binds loopback only, and where a local
+client reaches a listener. (Parsing and formatting addresses is `runtime.addresses`.)"""
 
 from __future__ import annotations
 
-import ipaddress
-
-Address = tuple[str, int]
+from runtime.addresses import Address, format_address, is_loopback_host
 
 
 class NotLoopback(ValueError):
     """A dev-only component was asked to bind a non-loopback address."""
-
-
-def format_address(address: Address) -> str:
-    host, port = address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def require_loopback(host: str) -> str:
@@ -21,11 +15,7 @@ def require_loopback(host: str) -> str:
 
     Names are refused too, `localhost` included: what a name resolves to is not ours to decide.
     """
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    if not is_loopback_host(host):
         raise NotLoopback(f"the dev issuer binds loopback only (127.0.0.1 or ::1), not {host!r}")
     return host
 

@@ -21,8 +21,9 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from authz.env import EnvReader, parse_address
-from authz.errors import ConfigError
+from runtime.addresses import parse_address
+from runtime.env import parse_duration
+from runtime.errors import ConfigError
 from stack import envoy_config
 from stack.runtime import StackError, StackState, default_state_dir
 from stack.settings import ADDRESSES, StackSettings
@@ -35,10 +36,10 @@ MAX_TOKEN_LIFETIME_SECONDS = 24 * 3600  # authz's default ORRERY_A2A_JWT_MAX_LIF
 
 
 def _duration(text: str) -> int:
-    reader = EnvReader({"ttl": text})
-    seconds = int(reader.seconds("ttl", "1h", minimum=1.0))
-    if reader.problems:
-        raise argparse.ArgumentTypeError(reader.problems[0].removeprefix("ttl: "))
+    try:
+        seconds = int(parse_duration(text.strip(), minimum=1.0))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     if seconds > MAX_TOKEN_LIFETIME_SECONDS:
         raise argparse.ArgumentTypeError("at most 24h (authz refuses longer-lived tokens)")
     return seconds

@@ -22,7 +22,7 @@ from typing import Any, cast
 
 import yaml
 
-from stack.addresses import Address
+from runtime.addresses import Address
 
 LISTENER = "public"
 CLUSTERS = ("authz", "adapter")

@@ -25,9 +25,10 @@ from typing import Any
 
 from aiohttp import web
 
-from authz import logs
-from authz.env import parse_address
-from stack.addresses import Address, format_address, require_loopback
+from runtime import logs
+from runtime.addresses import Address, format_address, parse_address
+from runtime.serving import log_serving
+from stack.addresses import require_loopback
 from stack.keys import load_signing_key, public_jwk
 
 JWKS_PATH = "/.well-known/jwks.json"
@@ -73,7 +74,7 @@ async def serve(key_path: Path, address: Address) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         # Only now: whoever reads `serving` may send SIGTERM at once and expect exit 0.
-        logs.event(log, "serving", addr=format_address(bound), issuer=issuer_url(bound))
+        log_serving(log, addr=format_address(bound), issuer=issuer_url(bound))
         await stop.wait()
     finally:
         await runner.cleanup()

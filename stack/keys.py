@@ -6,7 +6,6 @@ stack is refused by the new one, and a leaked dev key dies with its stack.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import secrets
@@ -17,12 +16,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from jwt.algorithms import ECAlgorithm
 
+from contract.assertion import new_keys_spec
+from contract.jose import b64url_encode
+
 ALGORITHM = "ES256"
-ASSERTION_SECRET_BYTES = 32
-
-
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
 def new_signing_key() -> ec.EllipticCurvePrivateKey:
@@ -49,10 +46,10 @@ def public_jwk(key: ec.EllipticCurvePrivateKey) -> dict[str, Any]:
     jwk: dict[str, Any] = ECAlgorithm.to_jwk(key.public_key(), as_dict=True)
     required = {name: jwk[name] for name in ("crv", "kty", "x", "y")}
     canonical = json.dumps(required, separators=(",", ":"), sort_keys=True).encode()
-    kid = _b64url(hashlib.sha256(canonical).digest())
+    kid = b64url_encode(hashlib.sha256(canonical).digest())
     return {**required, "kid": kid, "use": "sig", "alg": ALGORITHM}
 
 
 def new_assertion_keys() -> str:
     """`ORRERY_A2A_ASSERTION_KEYS` for one run: `kid=base64url-secret` with a random kid."""
-    return f"dev-{secrets.token_hex(4)}={_b64url(secrets.token_bytes(ASSERTION_SECRET_BYTES))}"
+    return new_keys_spec(f"dev-{secrets.token_hex(4)}")

@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from authz.env import EnvReader
-from stack.addresses import Address, NotLoopback, require_loopback
+from runtime.addresses import Address
+from runtime.env import EnvReader
+from stack.addresses import NotLoopback, require_loopback
 from stack.envoy_config import repo_config_path
 from stack.runtime import default_state_dir
 

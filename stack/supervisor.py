@@ -13,8 +13,8 @@ outlives it holding the stack's ports. Each child's stdout and stderr go to
 `<logs>/<name>.log`; stderr is also read line by line for the readiness event.
 
 Readiness is one of:
-* `SERVING` — the child logs a JSON line with `"event": "serving"`
-  (docs/contract.md#start-up-event); its fields (the real bound addresses) are returned, so
+* `SERVING` — the child logs the `serving` event (`runtime.serving`,
+  docs/contract.md#start-up-event); its fields (the real bound addresses) are returned, so
   children can start on port 0;
 * a probe — an async callable polled until it returns the ready details (Envoy: the admin API).
 """
@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import json
 import os
 import signal
 import sys
@@ -33,8 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO, cast
 
+from runtime.serving import EVENT as SERVING
+from runtime.serving import serving_fields
+
 Probe = Callable[[], Awaitable[dict[str, Any] | None]]
-SERVING: Literal["serving"] = "serving"
 LOG_TAIL_LINES = 15
 _LINE_LIMIT = 1 << 20
 _PROBE_INTERVAL = 0.1
@@ -132,11 +133,10 @@ async def _tee_stderr(
         line = raw.decode("utf-8", errors="replace")
         log.write(line)
         log.flush()
-        if not serving.done() and '"serving"' in line:
-            with contextlib.suppress(ValueError):
-                record = json.loads(line)
-                if isinstance(record, dict) and record.get("event") == "serving":
-                    serving.set_result(record)
+        if not serving.done():
+            record = serving_fields(line)
+            if record is not None:
+                serving.set_result(record)
 
 
 class Supervisor:

@@ -24,9 +24,9 @@ from typing import Any, TextIO
 
 import aiohttp
 
-from authz.env import parse_address
+from runtime.addresses import address_family, format_address, parse_address
 from stack import envoy_config
-from stack.addresses import client_host, format_address
+from stack.addresses import client_host
 from stack.keys import new_assertion_keys, new_signing_key, private_pem
 from stack.runtime import (
     ISSUER_KEY_FILE,
@@ -82,8 +82,7 @@ def generate_secrets(state_dir: Path) -> RunSecrets:
 def free_port(host: str) -> int:
     """A port the OS just had free. Only for Envoy's listener on port 0: the adapter must know
     the public URL before Envoy starts, so the port is chosen first (a tiny race, tests only)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
+    with socket.socket(address_family(host), socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         port: int = probe.getsockname()[1]
         return port

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from stack.addresses import Address, format_address
+from runtime.addresses import Address, format_address
 from stack.issuer import JWKS_PATH
 from stack.settings import StackSettings
 

@@ -43,7 +43,7 @@ from adapter.stores.protocols import (
     Proposal,
     new_action_id,
 )
-from authz import logs
+from runtime import logs
 
 logger = logging.getLogger("adapter.postgres")
 

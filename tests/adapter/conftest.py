@@ -1,14 +1,12 @@
 """Adapter test plumbing: the real app on a real port, the real a2a-sdk client, minted assertions.
 
 Every request gets a fresh `x-request-id` and an `x-orrery-principal` signed for it with
-`authz.assertion.sign` (an httpx request hook), exactly what Envoy + authz put on a request.
+`contract.assertion.sign` (an httpx request hook), exactly what Envoy + authz put on a request.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -26,8 +24,8 @@ from opentelemetry.trace import TracerProvider
 from adapter.app import GATEWAY, bind, make_app, start
 from adapter.gateway import Proposal
 from adapter.settings import AdapterSettings
-from authz.assertion import AssertionKeys, sign
-from authz.principal import Autonomy, Principal, Surface
+from contract.assertion import AssertionKeys, new_keys_spec, sign
+from contract.identity import Autonomy, Principal, Surface
 from tests.adapter.fakes import RecordingGateway
 
 FAKE_GATEWAY = "tests.adapter.fakes:create"
@@ -43,12 +41,7 @@ PROPOSAL = Proposal(
 )
 
 
-def new_keys_spec() -> str:
-    secret = base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
-    return f"test={secret}"
-
-
-KEYS_SPEC = new_keys_spec()
+KEYS_SPEC = new_keys_spec("test")
 KEYS = AssertionKeys.parse(KEYS_SPEC)
 
 

@@ -14,7 +14,7 @@ from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 from adapter.errors import GatewayLoadError
 from adapter.gateway import REDACTED, AgentGateway, GatewayContext, load_gateway, redact
 from adapter.stores.memory import MemoryConfirmationStore
-from authz.principal import Principal
+from contract.identity import Principal
 from tests.adapter.conftest import (
     FAKE_GATEWAY,
     PROPOSAL,

@@ -92,7 +92,7 @@ async def test_extended_card_needs_an_assertion(server: Server) -> None:
 @pytest.mark.parametrize("url", ["http://orrery.example.com/a2a", "ftp://127.0.0.1/a2a"])
 async def test_public_url_must_be_https_outside_loopback(url: str) -> None:
     """A plain-http public URL outside loopback is a configuration error."""
-    from authz.errors import ConfigError
+    from runtime.errors import ConfigError
 
     with pytest.raises(ConfigError, match="ORRERY_A2A_PUBLIC_URL"):
         async with running({"ORRERY_A2A_PUBLIC_URL": url}):

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 
 import httpx
 import pytest
 
-from authz.assertion import AssertionKeys
+from contract.assertion import AssertionKeys, new_keys_spec
+from contract.jose import b64url_encode
 from tests.adapter.conftest import (
     KEYS,
     Server,
     assertion_headers,
     delegated,
     human,
-    new_keys_spec,
 )
 
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}
@@ -60,7 +59,7 @@ async def test_expired_assertion_is_401(server: Server) -> None:
 
 async def test_assertion_signed_with_unknown_key_is_401(server: Server) -> None:
     """A forged assertion (another key) is refused."""
-    headers = assertion_headers(delegated(), keys=AssertionKeys.parse(new_keys_spec()))
+    headers = assertion_headers(delegated(), keys=AssertionKeys.parse(new_keys_spec("test")))
     assert_401(await post(server, headers))
 
 
@@ -95,7 +94,7 @@ async def test_non_ascii_kid_is_401_not_500(server: Server) -> None:
     """A crafted header with a non-ASCII kid is refused like any forgery (no server error)."""
 
     def b64(value: object) -> str:
-        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+        return b64url_encode(json.dumps(value).encode())
 
     forged = b64({"alg": "HS256", "kid": "\u00e9"}) + "." + b64({"sub": "x"}) + ".AAAA"
     assert_401(await post(server, {"x-request-id": "r", "x-orrery-principal": forged}))

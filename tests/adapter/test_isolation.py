@@ -10,7 +10,7 @@ import pytest
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotFoundError
 
-from authz.principal import Principal
+from contract.identity import Principal
 from tests.adapter.conftest import Server, delegated, send, service, text_message
 
 PAIRS = {

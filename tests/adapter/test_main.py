@@ -69,6 +69,17 @@ async def test_serves_logs_its_address_and_stops_on_sigterm() -> None:
             await process.wait()
 
 
+async def test_serving_is_logged_at_any_log_level() -> None:
+    """With ORRERY_A2A_LOG_LEVEL=WARNING the start-up event still tells a supervisor it is ready."""
+    process = await start_adapter(adapter_env(ORRERY_A2A_LOG_LEVEL="WARNING"))
+    try:
+        serving = await next_event(process, "serving")
+        assert serving["pid"] == process.pid
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), timeout=60) == 0
+
+
 @pytest.mark.postgres
 @pytest.mark.redis
 async def test_multi_replica_starts_with_shared_stores(database_url: str, redis_url: str) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from adapter.sessions import session_id
-from authz.principal import principal_key
+from contract.identity import principal_key
 
 
 def test_same_inputs_same_session() -> None:

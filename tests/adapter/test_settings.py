@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adapter.settings import AdapterSettings
-from authz.errors import ConfigError
+from runtime.errors import ConfigError
 from tests.adapter.conftest import KEYS_SPEC
 
 

@@ -8,7 +8,6 @@ directly, not only through a well-behaved library.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import hashlib
 import hmac
@@ -29,26 +28,20 @@ from envoy.service.auth.v3 import external_auth_pb2_grpc
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest, CheckResponse
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from authz.assertion import HEADER, Assertion, AssertionKeys, verify
-from authz.principal import Surface
 from authz.server import Bound, serve
 from authz.settings import AuthzSettings
+from contract.assertion import Assertion, AssertionKeys, new_keys_spec, verify
+from contract.headers import PRINCIPAL_HEADER
+from contract.identity import Surface
+from contract.jose import b64url_encode
 
 ISSUER = "https://issuer.test"
 AUDIENCE = "orrery-a2a"
 CONSOLE = "orrery-console"
 
 
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
 def b64int(number: int) -> str:
-    return b64(number.to_bytes((number.bit_length() + 7) // 8, "big"))
-
-
-def assertion_keys_spec(*kids: str) -> str:
-    return ",".join(f"{kid}={b64(secrets.token_bytes(32))}" for kid in kids)
+    return b64url_encode(number.to_bytes((number.bit_length() + 7) // 8, "big"))
 
 
 @dataclass
@@ -84,12 +77,12 @@ class SigningKey:
             jwk = {
                 "kty": "EC",
                 "crv": crv,
-                "x": b64(point.x.to_bytes(size, "big")),
-                "y": b64(point.y.to_bytes(size, "big")),
+                "x": b64url_encode(point.x.to_bytes(size, "big")),
+                "y": b64url_encode(point.y.to_bytes(size, "big")),
             }
         else:
             raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-            jwk = {"kty": "OKP", "crv": "Ed25519", "x": b64(raw)}
+            jwk = {"kty": "OKP", "crv": "Ed25519", "x": b64url_encode(raw)}
         return {"kid": self.kid, "use": "sig", "alg": self.alg, **jwk, **extra}
 
     def public_pem(self) -> bytes:
@@ -160,19 +153,21 @@ class Issuer:
         if header is not None:
             head = {name: value for name, value in {**head, **header}.items() if value is not DROP}
         body = dict(claims) if claims is not None else self.claims(**claim_overrides)
-        head_b64 = b64((raw_header or json.dumps(head)).encode())
-        body_b64 = b64((raw_payload or json.dumps(body)).encode())
+        head_b64 = b64url_encode((raw_header or json.dumps(head)).encode())
+        body_b64 = b64url_encode((raw_payload or json.dumps(body)).encode())
         signing_input = f"{head_b64}.{body_b64}".encode()
         if signature is None:
             signature = key.sign(signing_input)
-        return f"{head_b64}.{body_b64}.{b64(signature)}"
+        return f"{head_b64}.{body_b64}.{b64url_encode(signature)}"
 
     def hmac_token(self, secret: bytes, **claim_overrides: Any) -> str:
         """The classic key-confusion forgery: HS256 keyed with something public."""
-        head = b64(json.dumps({"alg": "HS256", "kid": self.key.kid, "typ": "JWT"}).encode())
-        body = b64(json.dumps(self.claims(**claim_overrides)).encode())
+        head = b64url_encode(
+            json.dumps({"alg": "HS256", "kid": self.key.kid, "typ": "JWT"}).encode()
+        )
+        body = b64url_encode(json.dumps(self.claims(**claim_overrides)).encode())
         mac = hmac.new(secret, f"{head}.{body}".encode(), hashlib.sha256).digest()
-        return f"{head}.{body}.{b64(mac)}"
+        return f"{head}.{body}.{b64url_encode(mac)}"
 
 
 class _Drop:
@@ -234,7 +229,7 @@ def base_env(jwks_file: Path | None = None, jwks_url: str | None = None) -> dict
         "ORRERY_A2A_JWT_ISSUER": ISSUER,
         "ORRERY_A2A_JWT_AUDIENCE": AUDIENCE,
         "ORRERY_CONSOLE_JWT_AUDIENCE": CONSOLE,
-        "ORRERY_A2A_ASSERTION_KEYS": assertion_keys_spec("a1"),
+        "ORRERY_A2A_ASSERTION_KEYS": new_keys_spec("a1"),
         "ORRERY_A2A_RATE_LIMIT": "1000/second",
     }
     if jwks_file is not None:
@@ -408,7 +403,7 @@ def adapter_verify(
     """What the adapter does with the header Envoy injected from `response` (`later` s on)."""
     return verify(
         keys,
-        ok_headers(response)[HEADER],
+        ok_headers(response)[PRINCIPAL_HEADER],
         request_id=request_id,
         surface=surface,
         now=int(time.time()) + later,

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from authz import logs
+from runtime import logs
 from tests.authz.support import Issuer, RunningAuthz, SigningKey
 
 
@@ -45,6 +45,22 @@ async def test_one_log_event_per_decision(
     assert isinstance(allow["ms"], float)
     assert (deny["decision"], deny["reason"], deny["status"]) == ("deny", "loop_detected", 508)
     assert deny["principal"] is None
+
+
+@pytest.mark.parametrize(
+    ("label", "logged"), [(None, "a2a"), ("approvals", "approvals"), ("admin", "admin")]
+)
+async def test_the_decision_names_the_surface_it_decided_for(
+    authz: RunningAuthz,
+    issuer: Issuer,
+    caplog: pytest.LogCaptureFixture,
+    label: str | None,
+    logged: str,
+) -> None:
+    """An unlabelled route is the A2A surface; a label we do not know is logged as given."""
+    with caplog.at_level(logging.INFO, logger="authz.decision"):
+        await authz.check(token=issuer.token(), surface=label)
+    assert [event["surface"] for event in decision_events(caplog)] == [logged]
 
 
 async def test_logs_never_contain_the_token_or_the_assertion(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from authz.errors import ConfigError
 from authz.settings import AuthzSettings, parse_algorithms, parse_rate, parse_role_autonomy
-from tests.authz.support import assertion_keys_spec
+from contract.assertion import new_keys_spec
+from runtime.errors import ConfigError
 
 
 def minimal_env(**overrides: str) -> dict[str, str]:
@@ -15,7 +15,7 @@ def minimal_env(**overrides: str) -> dict[str, str]:
         "ORRERY_A2A_JWT_AUDIENCE": "orrery-a2a",
         "ORRERY_CONSOLE_JWT_AUDIENCE": "orrery-console",
         "ORRERY_A2A_JWKS_URL": "https://issuer.test/jwks.json",
-        "ORRERY_A2A_ASSERTION_KEYS": assertion_keys_spec("k1"),
+        "ORRERY_A2A_ASSERTION_KEYS": new_keys_spec("k1"),
     }
     env.update(overrides)
     return {name: value for name, value in env.items() if value != "<unset>"}

@@ -17,6 +17,7 @@ from authz.errors import InvalidToken, TokenExpired, UnknownSigningKey
 from authz.jwks import FileSource, KeyStore, parse_jwks
 from authz.settings import JwksSettings, TokenRules
 from authz.tokens import TokenVerifier
+from contract.jose import b64url_encode
 from tests.authz.support import (
     AUDIENCE,
     CONSOLE,
@@ -25,7 +26,6 @@ from tests.authz.support import (
     Issuer,
     RunningAuthz,
     SigningKey,
-    b64,
     base_env,
     denied,
     ok_headers,
@@ -192,7 +192,7 @@ async def test_deeply_nested_header_is_refused_not_crashed(
 async def test_tampered_payload_is_refused(authz: RunningAuthz, issuer: Issuer) -> None:
     """Changing the payload after signing breaks the signature."""
     head, _, sig = issuer.token().split(".")
-    body = b64(json.dumps(issuer.claims(sub="someone-else")).encode())
+    body = b64url_encode(json.dumps(issuer.claims(sub="someone-else")).encode())
     assert await refused(authz, f"{head}.{body}.{sig}") == "token signature is invalid"
 
 

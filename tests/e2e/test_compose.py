@@ -249,7 +249,15 @@ def test_docker_context_holds_only_what_the_image_needs() -> None:
     ]
     assert lines[0] == "*"
     admitted = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
-    assert admitted == {"pyproject.toml", "README.md", "authz", "adapter", "stack"}
+    assert admitted == {
+        "pyproject.toml",
+        "README.md",
+        "contract",
+        "runtime",
+        "authz",
+        "adapter",
+        "stack",
+    }
     copied = set(re.findall(r"^COPY (?!--from)(\S+)", DOCKERFILE.read_text(), re.MULTILINE))
     assert copied <= admitted
 

@@ -13,8 +13,9 @@ import time
 import httpx
 import pytest
 
-from authz.assertion import HEADER, AssertionKeys, sign
-from authz.principal import Principal
+from contract.assertion import AssertionKeys, sign
+from contract.headers import PRINCIPAL_HEADER
+from contract.identity import Principal
 from tests.e2e.edge import JSONRPC_HEADERS, Edge, jsonrpc, message_params, unique
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
@@ -36,7 +37,7 @@ def _forged_assertion(edge: Edge, principal: Principal) -> dict[str, str]:
         token_expires_at=now + 3600,
         now=now,
     )
-    return {HEADER: value, "x-request-id": FORGED_RID}
+    return {PRINCIPAL_HEADER: value, "x-request-id": FORGED_RID}
 
 
 async def _victims_task(edge: Edge) -> tuple[Principal, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from authz.assertion import AssertionKeys
+from contract.assertion import AssertionKeys
 from stack.keys import load_signing_key
 from stack.runtime import (
     StackError,

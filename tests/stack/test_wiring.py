@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from authz.errors import ConfigError
+from runtime.errors import ConfigError
 from stack.settings import StackSettings
 from stack.wiring import Wiring, adapter_env, authz_env, child_env
 

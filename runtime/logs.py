@@ -1,9 +1,10 @@
 """Structured logs: one JSON object per line on stderr.
 
 Each component logs one event per decision (authz: per Check; adapter: per request), so a log
-pipeline can count, join and alert on fields rather than parse prose. Fields are passed explicitly
-with `event(...)`; nothing here inspects values, so callers are responsible for never passing a
-credential — the decision code passes reason codes, principal keys and request ids only.
+pipeline can count, join and alert on fields rather than parse prose. Every process of ours (authz,
+the adapter, the dev issuer) logs this way, so the pipeline sees one format. Fields are passed
+explicitly with `event(...)`; nothing here inspects values, so callers are responsible for never
+passing a credential — the decision code passes reason codes, principal keys and request ids only.
 """
 
 from __future__ import annotations
@@ -106,8 +107,13 @@ def event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields
     handlers, filters) takes the ordinary path, without `logger.log`'s stack walk for the
     caller's file and line, which the JSON line never shows.
     """
-    if not logger.isEnabledFor(level):
-        return
+    if logger.isEnabledFor(level):
+        write(logger, name, level, fields)
+
+
+def write(logger: logging.Logger, name: str, level: int, fields: Mapping[str, Any]) -> None:
+    """`event` without the level check: for the few events that are logged whatever the
+    configured level says (a process's `serving` line, which its supervisor waits for)."""
     handler = _sole_json_handler(logger, level)
     if handler is not None:
         handler.write_event(level, logger.name, name, fields)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
@@ -11,20 +10,17 @@ from typing import Any
 
 import pytest
 
-from authz import assertion
-from authz.assertion import AssertionKeys, sign, verify
-from authz.errors import AssertionExpired, InvalidAssertion
-from authz.principal import Principal, principal_key
+from contract import assertion
+from contract.assertion import AssertionKeys, new_keys_spec, sign, verify
+from contract.errors import AssertionExpired, InvalidAssertion
+from contract.identity import Principal, principal_key
+from contract.jose import b64url_decode, b64url_encode
 
 NOW = 1_800_000_000
 
 
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
 def new_keys(*kids: str) -> AssertionKeys:
-    return AssertionKeys.parse(",".join(f"{kid}={b64(secrets.token_bytes(32))}" for kid in kids))
+    return AssertionKeys.parse(new_keys_spec(*kids))
 
 
 KEYS = new_keys("k1")
@@ -61,18 +57,16 @@ def forge(
     claims: dict[str, Any], header: dict[str, Any] | None = None, secret: bytes | None = None
 ) -> str:
     """Sign arbitrary claims with k1's real secret, to test the claim checks behind the MAC."""
-    head = b64(json.dumps(header or {"alg": "HS256", "kid": "k1", "typ": "JWT"}).encode())
-    body = b64(json.dumps(claims).encode())
+    head = b64url_encode(json.dumps(header or {"alg": "HS256", "kid": "k1", "typ": "JWT"}).encode())
+    body = b64url_encode(json.dumps(claims).encode())
     key = secret if secret is not None else KEYS.keys[0][1]
     mac = hmac.new(key, f"{head}.{body}".encode(), hashlib.sha256).digest()
-    return f"{head}.{body}.{b64(mac)}"
+    return f"{head}.{body}.{b64url_encode(mac)}"
 
 
 def claims_of(token: str) -> dict[str, Any]:
     payload = token.split(".")[1]
-    decoded: dict[str, Any] = json.loads(
-        base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
-    )
+    decoded: dict[str, Any] = json.loads(b64url_decode(payload))
     return decoded
 
 
@@ -115,7 +109,7 @@ def test_claims_match_the_design_table() -> None:
 def test_header_names_the_signing_kid() -> None:
     """The protected header is HS256 with the first key's kid."""
     head = mint().split(".")[0]
-    header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+    header = json.loads(b64url_decode(head))
     assert header == {"alg": "HS256", "kid": "k1", "typ": "JWT"}
 
 
@@ -144,7 +138,7 @@ def test_tampered_payload_is_refused() -> None:
     claims = claims_of(mint())
     claims["autonomy"] = "L3"
     claims["kind"] = "human"
-    tampered = f"{head}.{b64(json.dumps(claims).encode())}.{sig}"
+    tampered = f"{head}.{b64url_encode(json.dumps(claims).encode())}.{sig}"
     with pytest.raises(InvalidAssertion, match="signature"):
         verify(KEYS, tampered, request_id="req-1", surface="a2a", now=NOW)
 
@@ -259,12 +253,14 @@ def test_extra_header_parameter_is_refused() -> None:
 
 def test_duplicate_json_members_are_refused() -> None:
     """A payload with a member twice is refused (no parser-differential games)."""
-    head = b64(json.dumps({"alg": "HS256", "kid": "k1"}).encode())
+    head = b64url_encode(json.dumps({"alg": "HS256", "kid": "k1"}).encode())
     raw = json.dumps(claims_of(mint()))[:-1] + ', "kind": "service"}'
-    body = b64(raw.encode())
+    body = b64url_encode(raw.encode())
     mac = hmac.new(KEYS.keys[0][1], f"{head}.{body}".encode(), hashlib.sha256).digest()
     with pytest.raises(InvalidAssertion, match="malformed"):
-        verify(KEYS, f"{head}.{body}.{b64(mac)}", request_id="req-1", surface="a2a", now=NOW)
+        verify(
+            KEYS, f"{head}.{body}.{b64url_encode(mac)}", request_id="req-1", surface="a2a", now=NOW
+        )
 
 
 @pytest.mark.parametrize("value", ["a.b", "a.b.c.d", "a.b.c d", "x" * 5000, "ä.b.c", "..."])
@@ -296,10 +292,10 @@ def test_human_round_trip_on_approvals() -> None:
     [
         ("", "no keys"),
         ("k1", "expected kid=base64url-secret"),
-        ("k1=" + b64(b"short"), "at least 32 bytes"),
+        ("k1=" + b64url_encode(b"short"), "at least 32 bytes"),
         ("k1=not*base64", "not base64url"),
-        ("k1=" + b64(bytes(32)) + ",k1=" + b64(bytes(32)), "listed twice"),
-        ("bad kid=" + b64(bytes(32)), "expected kid"),
+        ("k1=" + b64url_encode(bytes(32)) + ",k1=" + b64url_encode(bytes(32)), "listed twice"),
+        ("bad kid=" + b64url_encode(bytes(32)), "expected kid"),
     ],
 )
 def test_key_spec_errors_name_the_problem(spec: str, problem: str) -> None:
@@ -310,7 +306,7 @@ def test_key_spec_errors_name_the_problem(spec: str, problem: str) -> None:
 
 def test_keys_repr_hides_secrets() -> None:
     """Printing the key set shows kids only."""
-    keys = AssertionKeys.parse("k1=" + b64(b"s" * 32))
+    keys = AssertionKeys.parse("k1=" + b64url_encode(b"s" * 32))
     assert "c3Nz" not in repr(keys)
     assert b"s" * 32 not in repr(keys).encode()
     assert "k1" in repr(keys)
@@ -349,3 +345,27 @@ def test_non_ascii_request_id_is_refused_cleanly() -> None:
     """A non-ASCII x-request-id that differs from rid is another request, not a crash."""
     with pytest.raises(InvalidAssertion, match="another request"):
         verify(KEYS, mint(), request_id="r\u00e9q-1", surface="a2a", now=NOW)
+
+
+def test_new_keys_spec_gives_one_fresh_key_per_kid() -> None:
+    """`new_keys_spec` is a valid key list: the kids in order, distinct 32-byte secrets."""
+    keys = AssertionKeys.parse(new_keys_spec("new", "old"))
+    assert [kid for kid, _ in keys.keys] == ["new", "old"]
+    assert keys.signing_kid == "new"
+    assert len({secret for _, secret in keys.keys}) == 2
+    assert all(len(secret) == assertion.MIN_SECRET_BYTES for _, secret in keys.keys)
+    assert (
+        AssertionKeys.parse(new_keys_spec("new")).keys
+        != AssertionKeys.parse(new_keys_spec("new")).keys
+    )
+
+
+def test_an_expired_assertion_is_still_an_invalid_one() -> None:
+    """Callers that catch `InvalidAssertion` also catch expiry, with its own reason code."""
+    with pytest.raises(InvalidAssertion) as caught:
+        verify(KEYS, mint(now=NOW - 3600), request_id="req-1", surface="a2a", now=NOW)
+    assert isinstance(caught.value, AssertionExpired)
+    assert (caught.value.reason, InvalidAssertion.reason) == (
+        "assertion_expired",
+        "assertion_invalid",
+    )

@@ -5,18 +5,20 @@ next bad variable loses a deploy cycle per mistake. `EnvReader` collects every p
 settings are built and `finish()` raises one `ConfigError` that names them all. Values are never
 echoed for variables that may hold secrets.
 
-Both `authz` and `adapter` build their frozen settings with it (`Settings.from_env(env)`).
+authz, the adapter and the local stack build their frozen settings with it
+(`Settings.from_env(env)`); the checks more than one of them makes (durations, addresses, the log
+level, a Redis URL) are written once, here.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 from urllib.parse import urlsplit
 
-from authz.errors import ConfigError
+from runtime.addresses import Address, is_loopback_host, parse_address
+from runtime.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -24,6 +26,8 @@ _DURATION = re.compile(r"(\d+)(ms|s|m|h)?")
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 class EnvReader:
@@ -75,13 +79,7 @@ class EnvReader:
         """A duration such as `30s`, `250ms`, `24h` or a bare number of seconds."""
 
         def parse(text: str) -> float:
-            match = _DURATION.fullmatch(text)
-            if not match:
-                raise ValueError(f"expected a duration like 30s, 250ms, 10m or 24h, got {text!r}")
-            value = int(match[1]) * _DURATION_UNITS[match[2]]
-            if value < minimum:
-                raise ValueError(f"must be at least {minimum:g}s")
-            return value
+            return parse_duration(text, minimum=minimum)
 
         return self.parsed(name, default, parse, parse(default))
 
@@ -96,28 +94,49 @@ class EnvReader:
         self.problem(name, f"expected true or false, got {value!r}")
         return default
 
-    def address(self, name: str, default: str) -> tuple[str, int]:
+    def address(self, name: str, default: str) -> Address:
         """`host:port` (IPv6 as `[::1]:port`); port 0 asks the OS for a free port."""
         return self.parsed(name, default, parse_address, ("127.0.0.1", 0))
+
+    def log_level(self, name: str) -> str:
+        """A logging level name (DEBUG, INFO, WARNING or ERROR, any case), upper-cased."""
+        return self.parsed(name, "INFO", _log_level, "INFO")
+
+    def redis_url(self, name: str) -> str | None:
+        """An optional redis://, rediss:// or unix:// URL; absent or empty is None.
+
+        The URL may hold a password: a problem names the variable, never the value.
+        """
+        value = self.raw(name) or None
+        if value is not None and urlsplit(value).scheme not in REDIS_SCHEMES:
+            self.problem(name, "expected a redis://, rediss:// or unix:// URL")
+            return None
+        return value
 
     def finish(self) -> None:
         if self.problems:
             raise ConfigError(self.problems)
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"expected host:port, got {text!r}")
-    return host.strip("[]"), int(port)
+def parse_duration(text: str, *, minimum: float = 0.0) -> float:
+    """Seconds in `30s`, `250ms`, `10m`, `24h` or a bare number; `ValueError` says what is wrong."""
+    match = _DURATION.fullmatch(text)
+    if not match:
+        raise ValueError(f"expected a duration like 30s, 250ms, 10m or 24h, got {text!r}")
+    value = int(match[1]) * _DURATION_UNITS[match[2]]
+    if value < minimum:
+        raise ValueError(f"must be at least {minimum:g}s")
+    return value
+
+
+def _log_level(text: str) -> str:
+    level = text.upper()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"expected DEBUG, INFO, WARNING or ERROR, got {text!r}")
+    return level
 
 
 def is_loopback_url(url: str) -> bool:
     """True for http(s) URLs whose host is a loopback name or address (dev-only plain HTTP)."""
     host = (urlsplit(url).hostname or "").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return host == "localhost" or is_loopback_host(host)

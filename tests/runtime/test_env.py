@@ -7,9 +7,10 @@ import logging
 
 import pytest
 
-from authz import logs
-from authz.env import EnvReader, is_loopback_url, parse_address
-from authz.errors import ConfigError
+from runtime import logs
+from runtime.addresses import parse_address
+from runtime.env import EnvReader, is_loopback_url
+from runtime.errors import ConfigError
 
 
 def test_every_problem_is_reported_together() -> None:
@@ -100,3 +101,34 @@ def test_log_exceptions_show_type_not_message(caplog: pytest.LogCaptureFixture) 
     line = logs.JsonFormatter().format(caplog.records[0])
     assert json.loads(line)["error_type"] == "ValueError"
     assert "eyJsecret" not in line
+
+
+@pytest.mark.parametrize(
+    ("text", "level"), [("", "INFO"), ("debug", "DEBUG"), ("Warning", "WARNING")]
+)
+def test_log_levels_are_read_in_any_case(text: str, level: str) -> None:
+    """The log level defaults to INFO and is case-insensitive."""
+    reader = EnvReader({"LEVEL": text})
+    assert reader.log_level("LEVEL") == level
+    reader.finish()
+
+
+def test_an_unknown_log_level_is_a_problem() -> None:
+    """Anything but DEBUG, INFO, WARNING or ERROR is refused by name."""
+    reader = EnvReader({"LEVEL": "chatty"})
+    assert reader.log_level("LEVEL") == "INFO"
+    assert reader.problems == ["LEVEL: expected DEBUG, INFO, WARNING or ERROR, got 'chatty'"]
+
+
+@pytest.mark.parametrize("url", ["redis://h:6379/0", "rediss://h/1", "unix:///run/redis.sock"])
+def test_redis_urls_are_accepted(url: str) -> None:
+    """redis://, rediss:// and unix:// URLs pass; absent is None."""
+    assert EnvReader({"R": url}).redis_url("R") == url
+    assert EnvReader({}).redis_url("R") is None
+
+
+def test_a_bad_redis_url_is_refused_without_echoing_it() -> None:
+    """The URL may carry a password: the problem names the variable, never the value."""
+    reader = EnvReader({"R": "http://user:hunter2@h/0"})
+    assert reader.redis_url("R") is None
+    assert reader.problems == ["R: expected a redis://, rediss:// or unix:// URL"]

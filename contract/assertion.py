@@ -2,8 +2,8 @@
 
 After authz allows a request it sets `x-orrery-principal` to a compact JWS (HS256, `kid` in the
 protected header) that names the principal, the surface and Envoy's request id, valid for 30 s.
-The adapter imports this module and verifies the header with the same keys, so the format has one
-source of truth.
+authz signs with this module and the adapter verifies with it, using the same keys, so the format
+has one source of truth.
 
 Why a hand-written JWS and not a JWT library: the format is closed (one algorithm, fixed header,
 fixed claims), so every check is explicit here and nothing can be negotiated by the sender — no
@@ -11,6 +11,8 @@ fixed claims), so every check is explicit here and nothing can be negotiated by 
 
 Keys come from `ORRERY_A2A_ASSERTION_KEYS` = `kid=base64url-secret,kid2=…`. The first signs; all
 verify, so a new key is rolled out to verifiers first (listed second), then promoted to first.
+`new_keys_spec` is the one way to make such a value (the local stack, tests and benchmarks).
+The contract: docs/contract.md#the-principal-assertion.
 """
 
 from __future__ import annotations
@@ -21,22 +23,23 @@ import hashlib
 import hmac
 import json
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from authz.errors import AssertionExpired, InvalidAssertion
-from authz.jose import b64url_decode, b64url_encode, json_object_segment
-from authz.principal import (
+from contract.errors import AssertionExpired, InvalidAssertion
+from contract.identity import (
     AUTONOMY_LEVELS,
     KINDS,
+    SURFACE_KINDS,
     Kind,
     Principal,
     Surface,
     principal_key,
 )
+from contract.jose import b64url_decode, b64url_encode, json_object_segment
 
-HEADER = "x-orrery-principal"
 ISSUER = "orrery-authz"
 AUDIENCE = "orrery-a2a-adapter"
 LIFETIME_SECONDS = 30
@@ -65,10 +68,6 @@ _CLAIMS = frozenset(
         "tok_exp",
     }
 )
-_SURFACE_KINDS: Mapping[str, frozenset[str]] = {
-    "a2a": frozenset({"delegated", "service"}),
-    "approvals": frozenset({"human"}),
-}
 
 
 # One encoder instance: `json.dumps` with options builds a new encoder per call (sign is per Check).
@@ -133,6 +132,13 @@ class AssertionKeys:
 
     def __repr__(self) -> str:  # never print secrets, even in a debugger or a traceback
         return f"AssertionKeys(kids={[kid for kid, _ in self.keys]!r})"
+
+
+def new_keys_spec(*kids: str) -> str:
+    """A fresh `ORRERY_A2A_ASSERTION_KEYS` value: a random secret for each kid, the first signs."""
+    if not kids:
+        raise ValueError("at least one kid is needed")
+    return ",".join(f"{kid}={b64url_encode(secrets.token_bytes(MIN_SECRET_BYTES))}" for kid in kids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +280,7 @@ def _check_claims(
     if claims["surface"] != surface:
         raise InvalidAssertion("principal assertion is for another surface")
     kind = _require_str(claims, "kind")
-    if kind not in KINDS or kind not in _SURFACE_KINDS[surface]:
+    if kind not in KINDS or kind not in SURFACE_KINDS[surface]:
         raise InvalidAssertion("principal kind is not allowed on this surface")
     autonomy = _require_str(claims, "autonomy")
     if autonomy not in AUTONOMY_LEVELS:

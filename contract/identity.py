@@ -1,0 +1,67 @@
+"""Who is calling: the principal, its unambiguous key, and the words of the contract.
+
+A principal is the *whole* identity of a caller: its kind, the OAuth client it uses, the agent
+acting (for a delegated call) and the subject (the delegating user, or the client itself for a
+service). Everything that scopes data — task ownership, conversation ids, in-flight caps — keys on
+`Principal.key`, so two agents delegated by one user never share a task, while they do share the
+subject's rate limit. authz derives principals from tokens (`authz.principal`); the adapter only
+ever receives them, signed (`contract.assertion`). The contract: docs/contract.md#principals.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, TypeGuard
+from urllib.parse import quote
+
+Kind = Literal["delegated", "service", "human"]
+Autonomy = Literal["L1", "L2", "L3"]
+Surface = Literal["a2a", "approvals"]
+
+KINDS: frozenset[str] = frozenset({"delegated", "service", "human"})
+AUTONOMY_LEVELS: tuple[Autonomy, ...] = ("L1", "L2", "L3")
+# Machines (delegated agents, services) use A2A; only the human who delegated decides approvals.
+SURFACE_KINDS: Mapping[Surface, frozenset[str]] = {
+    "a2a": frozenset({"delegated", "service"}),
+    "approvals": frozenset({"human"}),
+}
+
+
+# C0 controls, DEL and C1 controls: never part of a real identifier, and NUL cannot even be stored
+# in PostgreSQL text, where the adapter keeps task owners and approval subjects.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def is_identifier(value: object) -> TypeGuard[str]:
+    """A non-empty string without control characters: what an identity claim must be."""
+    return isinstance(value, str) and bool(value) and _CONTROL.search(value) is None
+
+
+@functools.lru_cache(maxsize=4096)  # hot on both sides (every Check, every adapter request)
+def principal_key(kind: str, client: str, agent: str, subject: str) -> str:
+    """Join the four identity components so that no two distinct tuples give one key.
+
+    A plain `kind:client:agent:subject` join is ambiguous (client `cx:` + subject `y` vs client
+    `cx` + subject `:y`). Percent-encoding every byte outside RFC 3986 unreserved — `:` and `%`
+    included — makes `:` occur only as the separator, so the join is injective.
+    """
+    return ":".join(quote(part, safe="") for part in (kind, client, agent, subject))
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """A verified caller. `agent` is the acting agent (`act.sub`) or "" when none."""
+
+    kind: Kind
+    subject: str
+    client: str
+    agent: str
+    role: str
+    autonomy: Autonomy
+
+    @property
+    def key(self) -> str:
+        return principal_key(self.kind, self.client, self.agent, self.subject)

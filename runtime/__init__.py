@@ -1,0 +1,7 @@
+"""Orrery A2A edge: process plumbing shared by authz, the adapter and the local stack.
+
+Reading and validating the environment (`runtime.env`, one `ConfigError` naming every bad
+variable), socket addresses (`runtime.addresses`), JSON log events (`runtime.logs`) and the
+`serving` start-up event every process logs and the supervisor waits for (`runtime.serving`).
+Nothing here knows about tokens, principals or A2A, and it imports nothing of ours.
+"""
