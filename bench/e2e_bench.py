@@ -53,8 +53,8 @@ from contract.identity import Principal
 from runtime.addresses import parse_address
 from stack import envoy_config
 from stack.keys import load_signing_key, public_jwk
-from stack.runtime import StackState
 from stack.settings import ADDRESSES, StackSettings
+from stack.state import StackState
 from stack.supervisor import Supervisor
 from stack.tokens import TokenRequest, mint_for_stack
 from stack.up import LocalStack, envoy_component, free_port, generate_secrets

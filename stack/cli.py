@@ -25,8 +25,8 @@ from runtime.addresses import parse_address
 from runtime.env import parse_duration
 from runtime.errors import ConfigError
 from stack import envoy_config
-from stack.runtime import StackError, StackState, default_state_dir
 from stack.settings import ADDRESSES, StackSettings
+from stack.state import StackError, StackState, default_state_dir
 from stack.tokens import TOKEN_KINDS, TokenKind, TokenRequest, mint_for_stack
 
 # The a2a-sdk and aiohttp take over a second to import: `ask`, `approve` and `up` import them

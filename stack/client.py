@@ -25,7 +25,7 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
-from stack.runtime import StackError
+from stack.state import StackError
 
 _FAILED_STATES = {
     pb.TASK_STATE_FAILED: "failed",

@@ -18,7 +18,7 @@ from runtime.addresses import Address
 from runtime.env import EnvReader
 from stack.addresses import NotLoopback, require_loopback
 from stack.envoy_config import repo_config_path
-from stack.runtime import default_state_dir
+from stack.state import default_state_dir
 
 # variable → (flag of `orrery-a2a up`, default)
 ADDRESSES: Mapping[str, tuple[str, str]] = {

@@ -21,7 +21,7 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from stack.keys import ALGORITHM, load_signing_key, public_jwk
-from stack.runtime import StackState
+from stack.state import StackState
 
 TokenKind = Literal["service", "delegated", "human"]
 TOKEN_KINDS: tuple[TokenKind, ...] = ("service", "delegated", "human")

@@ -4,7 +4,7 @@ Order: the dev issuer (authz needs its JWKS), authz, the adapter, then Envoy (wh
 the addresses the others reported). Each starts only once the previous one is ready, so a failure
 names the component that failed, not the first one that noticed. This run's secrets — the issuer's
 signing key and the assertion keys — are generated fresh and live in the private state directory
-(see `stack.runtime`) or only in the children's environments; they are removed when the stack stops.
+(see `stack.state`) or only in the children's environments; they are removed when the stack stops.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from runtime.addresses import address_family, format_address, parse_address
 from stack import envoy_config
 from stack.addresses import client_host
 from stack.keys import new_assertion_keys, new_signing_key, private_pem
-from stack.runtime import (
+from stack.settings import StackSettings
+from stack.state import (
     ISSUER_KEY_FILE,
     STATE_FILE,
     StackError,
@@ -37,7 +38,6 @@ from stack.runtime import (
     private_dir,
     write_private,
 )
-from stack.settings import StackSettings
 from stack.supervisor import (
     LOG_TAIL_LINES,
     Component,

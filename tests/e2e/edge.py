@@ -36,8 +36,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from stack import envoy_config
 from stack.keys import load_signing_key
-from stack.runtime import StackState
 from stack.settings import ADDRESSES, StackSettings
+from stack.state import StackState
 from stack.supervisor import Running
 from stack.tokens import Audiences as TokenAudiences
 from stack.tokens import TokenKind, TokenRequest, claims_for, mint_for_stack, sign

@@ -17,7 +17,7 @@ import pytest
 from stack.addresses import NotLoopback, require_loopback
 from stack.issuer import JWKS_PATH
 from stack.keys import load_signing_key, new_signing_key, private_pem, public_jwk
-from stack.runtime import write_private
+from stack.state import write_private
 from stack.tokens import TOKEN_KINDS, Audiences, TokenKind, TokenRequest, mint
 
 AUDIENCES = Audiences(a2a="orrery-a2a", console="orrery-console")

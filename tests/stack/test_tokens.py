@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stack import cli
-from stack.runtime import STATE_FILE, StackState, write_private
+from stack.state import STATE_FILE, StackState, write_private
 from stack.tokens import Audiences, TokenRequest, claims_for
 
 AUDIENCES = Audiences(a2a="orrery-a2a", console="orrery-console")

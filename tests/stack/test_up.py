@@ -16,7 +16,7 @@ import jwt
 import pytest
 
 from stack import cli
-from stack.runtime import ISSUER_KEY_FILE, STATE_FILE, pid_alive
+from stack.state import ISSUER_KEY_FILE, STATE_FILE, pid_alive
 from tests.stack.conftest import LocalStackRun, cli_argv, process_gone
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]

@@ -9,7 +9,7 @@ import pytest
 
 from contract.assertion import AssertionKeys
 from stack.keys import load_signing_key
-from stack.runtime import (
+from stack.state import (
     StackError,
     default_state_dir,
     private_dir,
