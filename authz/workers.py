@@ -51,8 +51,9 @@ def worker_main(settings: AuthzSettings, conn: Connection) -> None:
     configure_logging(settings.log_level)
 
     def ready(bound: Bound) -> None:
-        conn.send(bound.grpc)
+        # Logged before the parent hears of it, so `worker_serving` always precedes `serving`.
         logs.event(process_logger, "worker_serving", pid=os.getpid(), **dataclasses.asdict(bound))
+        conn.send(bound.grpc)
 
     try:
         asyncio.run(run(settings, ready, reuse_port=True, serve_metrics=False))
