@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from stack.supervisor import Component, ComponentFailed, Supervisor, describe_exit
-from tests.stack.conftest import process_gone
+from tests.processes import process_gone
 
 SERVE_THEN_WAIT = """
 import json, signal, sys, time

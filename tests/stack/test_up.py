@@ -17,7 +17,8 @@ import pytest
 
 from stack import cli
 from stack.state import ISSUER_KEY_FILE, STATE_FILE, pid_alive
-from tests.stack.conftest import LocalStackRun, cli_argv, process_gone
+from tests.processes import process_gone
+from tests.stack.conftest import LocalStackRun, cli_argv
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
 
