@@ -15,11 +15,13 @@ import json
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 START_TIMEOUT = 60.0
+GONE_TIMEOUT = 10.0
 
 
 class EventProcess:
@@ -99,3 +101,13 @@ def process_gone(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+def wait_gone(pids: Iterable[int], timeout: float = GONE_TIMEOUT) -> set[int]:
+    """Wait until every process in `pids` is gone; return those still alive at the deadline."""
+    alive = set(pids)
+    deadline = time.monotonic() + timeout
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = {pid for pid in alive if not process_gone(pid)}
+    return alive
