@@ -1,4 +1,5 @@
-"""Processes in tests: read a child's JSON events as they come, see it gone.
+"""Processes in tests: read a child's JSON events as they come, see its process tree gone and its
+ports free.
 
 Why a thread reads the child's stderr: `select()` on the pipe followed by `readline()` on the
 buffered text stream loses events. `readline()` pulls everything the pipe holds into Python's
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -103,6 +105,27 @@ def process_gone(pid: int) -> bool:
         return True
 
 
+def descendants(pid: int) -> set[int]:
+    """Every living process below `pid`: children, their children, and so on (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue  # gone while we looked
+        children.setdefault(parent, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 def wait_gone(pids: Iterable[int], timeout: float = GONE_TIMEOUT) -> set[int]:
     """Wait until every process in `pids` is gone; return those still alive at the deadline."""
     alive = set(pids)
@@ -111,3 +134,21 @@ def wait_gone(pids: Iterable[int], timeout: float = GONE_TIMEOUT) -> set[int]:
         time.sleep(0.05)
         alive = {pid for pid in alive if not process_gone(pid)}
     return alive
+
+
+def port_free(address: str) -> bool:
+    """True when a new server could listen on `address` ("host:port", "[v6]:port").
+
+    Binding the way a server does (SO_REUSEADDR, never SO_REUSEPORT) fails while anyone still
+    listens there, even a stale process that would share the port with SO_REUSEPORT."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, int(port)))
+            probe.listen()
+        except OSError:
+            return False
+    return True

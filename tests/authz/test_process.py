@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -17,7 +18,7 @@ from envoy.service.auth.v3.external_auth_pb2 import CheckRequest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.authz.support import Issuer, base_env
-from tests.processes import EventProcess
+from tests.processes import EventProcess, descendants, port_free, wait_gone
 
 
 @pytest.fixture
@@ -33,6 +34,12 @@ def start(started: list[EventProcess], env: Mapping[str, str], *args: str) -> Ev
     process = EventProcess([sys.executable, "-m", "authz", *args], {**os.environ, **env})
     started.append(process)
     return process
+
+
+def environ(pid: int) -> dict[str, str]:
+    """The environment process `pid` started with."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode()
+    return dict(entry.split("=", 1) for entry in raw.split("\0") if "=" in entry)
 
 
 def check_once(address: str, token: str) -> int:
@@ -150,6 +157,56 @@ def test_a_dead_worker_stops_the_service_with_exit_1(
     os.kill(victim, signal.SIGKILL)
     assert process.wait_for("worker_died")["exitcode"] == -signal.SIGKILL
     assert process.finish() == 1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_workers_die_with_a_parent_killed_outright(
+    started: list[EventProcess], jwks_file: Path, redis_url: str
+) -> None:
+    """SIGKILL gives the parent no chance to stop its workers; the kernel does, so no worker
+    stays behind serving old keys on the shared port, and the ports are free again."""
+    env = {**base_env(jwks_file=jwks_file), "ORRERY_A2A_REDIS_URL": redis_url}
+    process = start(started, env, "--workers", "2")
+    serving = process.wait_for("serving")
+    tree = descendants(process.pid)
+    workers = {e["pid"] for e in process.events if e["event"] == "worker_serving"}
+    assert workers <= tree
+    # What a killed parent cannot remove (docs/authz.md): its merged-metrics directory.
+    metrics_dir = environ(next(iter(workers)))["PROMETHEUS_MULTIPROC_DIR"]
+    try:
+        process.proc.kill()
+        assert process.finish() == -signal.SIGKILL
+        assert wait_gone(tree) == set()
+        assert port_free(serving["grpc"])
+        assert port_free(serving["metrics"])
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def test_a_stop_while_a_worker_starts_is_not_held_up(
+    started: list[EventProcess], redis_url: str
+) -> None:
+    """SIGTERM while the first worker is still loading its keys: the parent stops it and exits 0
+    at once, without starting the others or logging `serving`, and leaves no process behind."""
+    with socket.create_server(("127.0.0.1", 0)) as silent_jwks:  # accepts, never answers
+        port = silent_jwks.getsockname()[1]
+        env = {
+            **base_env(jwks_url=f"http://127.0.0.1:{port}/jwks.json"),
+            "ORRERY_A2A_JWKS_TIMEOUT": "120s",
+            "ORRERY_A2A_REDIS_URL": redis_url,
+        }
+        process = start(started, env, "--workers", "2")
+        silent_jwks.settimeout(60)
+        fetching, _ = silent_jwks.accept()  # the first worker is starting: it asks for keys
+        tree = descendants(process.pid)
+        process.proc.send_signal(signal.SIGTERM)
+        fetching.close()  # lets that worker's start-up end, so it can act on its SIGTERM
+        assert process.finish(timeout=30) == 0
+    events = [e["event"] for e in process.events]
+    assert "serving" not in events
+    assert events.count("worker_serving") <= 1  # the second worker was never started
+    assert events[-1] == "stopped"
+    assert wait_gone(tree) == set()
 
 
 def test_serving_is_logged_even_when_decisions_are_not(
