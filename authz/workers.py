@@ -7,23 +7,28 @@ so the kernel spreads incoming connections over them. Envoy multiplexes many Che
 long-lived HTTP/2 connections, which is why the server ages connections out (see `server.py`).
 
 Metrics: each worker writes its values to a shared directory (prometheus_client multiprocess
-mode) and the parent serves their sum on the metrics address. The parent stops the workers on
-SIGTERM/SIGINT; if one exits on its own it stops the rest and reports it, leaving the restart
-to the supervisor.
+mode) and the parent serves their sum on the metrics address.
+
+Stopping: the parent stops the workers on SIGTERM/SIGINT, also while they are still starting;
+if one exits on its own it stops the rest and reports it, leaving the restart to the supervisor.
+Should the parent itself be killed outright, each worker gets SIGTERM from the kernel
+(`runtime.lifecycle`) and stops: a worker left behind would keep serving old keys and settings
+on the shared port, next to whatever authz is started there next.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import multiprocessing
 import os
+import select
 import shutil
 import signal
 import sys
 import tempfile
-import threading
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 
@@ -34,10 +39,12 @@ from authz.server import Bound, MetricsServer, configure_logging, process_logger
 from authz.settings import AuthzSettings
 from runtime import logs
 from runtime.addresses import format_address
+from runtime.lifecycle import die_with_parent
 from runtime.serving import log_serving
 
 WORKER_START_TIMEOUT = 60.0
 WORKER_STOP_TIMEOUT = 15.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class WorkerDied(Exception):
@@ -46,13 +53,18 @@ class WorkerDied(Exception):
         self.exitcode = exitcode
 
 
-def worker_main(settings: AuthzSettings, conn: Connection) -> None:
+def worker_main(settings: AuthzSettings, conn: Connection, parent_pid: int) -> None:
     """Entry point of one worker process (spawned; never forked from a running event loop)."""
+    die_with_parent(parent_pid)
     configure_logging(settings.log_level)
 
     def ready(bound: Bound) -> None:
-        conn.send(bound.grpc)
+        # Logged before the parent hears of it, so `worker_serving` always precedes `serving`.
         logs.event(process_logger, "worker_serving", pid=os.getpid(), **dataclasses.asdict(bound))
+        # A closed pipe means the parent stopped waiting: it is stopping this worker (SIGTERM is
+        # on its way) or it died (and the kernel sends SIGTERM). Either way: not a failure.
+        with contextlib.suppress(BrokenPipeError):
+            conn.send(bound.grpc)
 
     try:
         asyncio.run(run(settings, ready, reuse_port=True, serve_metrics=False))
@@ -61,48 +73,110 @@ def worker_main(settings: AuthzSettings, conn: Connection) -> None:
         sys.exit(1)
 
 
+class StopSignals:
+    """SIGTERM and SIGINT as a file descriptor `multiprocessing.connection.wait` can wait on.
+
+    Python writes each signal's number to a pipe (`signal.set_wakeup_fd`) before any handler
+    runs, so the parent blocks on its workers and on a stop request at once: no polling, and a
+    stop that comes while a worker is still starting is not held up until that worker is ready."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        for fd in (self._read, self._write):
+            os.set_blocking(fd, False)
+
+    def fileno(self) -> int:
+        return self._read
+
+    @property
+    def requested(self) -> bool:
+        """Whether SIGTERM or SIGINT has arrived (the pipe then holds its number)."""
+        readable, _, _ = select.select([self._read], [], [], 0)
+        return bool(readable)
+
+    def __enter__(self) -> StopSignals:
+        self._previous_fd = signal.set_wakeup_fd(self._write)
+        # A Python-level handler, even one doing nothing, replaces the default action (exit) and
+        # makes the interpreter write to the wakeup pipe.
+        self._previous = {sig: signal.signal(sig, _noted) for sig in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(self._previous_fd)
+        os.close(self._read)
+        os.close(self._write)
+
+
+def _noted(signum: int, frame: object) -> None:
+    """The signal is already in the wakeup pipe; `StopSignals.requested` reads it there."""
+
+
 def run_workers(settings: AuthzSettings, count: int) -> None:
     """Start `count` workers on one port, serve their merged metrics, stop them on a signal."""
     # prometheus_client picks its multiprocess value store from this variable at import time,
     # so it must be in the environment the spawned workers start with.
     metrics_dir = tempfile.mkdtemp(prefix="orrery-authz-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    stopping = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stopping.set())
-    context = multiprocessing.get_context("spawn")
     workers: list[BaseProcess] = []
     metrics_server: MetricsServer | None = None
-    try:
-        for index in range(count):
-            receiver, sender = context.Pipe(duplex=False)
-            worker = context.Process(
-                target=worker_main, args=(settings, sender), name=f"authz-worker-{index}"
-            )
-            worker.start()
-            workers.append(worker)
-            address = _await_ready(worker, receiver)
-            if index == 0:  # the first worker resolved port 0; the others join its port
-                port = address.rpartition(":")[2]
-                settings = dataclasses.replace(settings, addr=(settings.addr[0], int(port)))
-        metrics_server = _serve_merged_metrics(settings, metrics_dir, count, address)
-        while not stopping.is_set():
-            dead = [w for w in workers if not w.is_alive()]
-            if dead:
-                raise WorkerDied(dead[0].exitcode)
-            wait([w.sentinel for w in workers], timeout=0.5)
-    finally:
-        _stop_workers(workers)
-        if metrics_server is not None:
-            metrics_server.stop()
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+    with StopSignals() as stop:
+        try:
+            address = _start_workers(settings, count, stop, workers)
+            if address is None:
+                return
+            metrics_server = _serve_merged_metrics(settings, metrics_dir, count, address)
+            while not stop.requested:
+                dead = [w for w in workers if not w.is_alive()]
+                if dead:
+                    raise WorkerDied(dead[0].exitcode)
+                wait([stop.fileno(), *(w.sentinel for w in workers)])
+        finally:
+            _stop_workers(workers)
+            if metrics_server is not None:
+                metrics_server.stop()
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def _await_ready(worker: BaseProcess, receiver: Connection) -> str:
-    ready = wait([receiver, worker.sentinel], timeout=WORKER_START_TIMEOUT)
+def _start_workers(
+    settings: AuthzSettings, count: int, stop: StopSignals, workers: list[BaseProcess]
+) -> str | None:
+    """Start workers one by one, adding each to `workers` as it starts (for the caller to stop);
+    return the address they share, or None when a stop signal came first.
+
+    They are started from this thread, the main one: their parent-death signal follows it."""
+    context = multiprocessing.get_context("spawn")
+    address = None
+    for index in range(count):
+        receiver, sender = context.Pipe(duplex=False)
+        worker = context.Process(
+            target=worker_main, args=(settings, sender, os.getpid()), name=f"authz-worker-{index}"
+        )
+        worker.start()
+        sender.close()  # the worker has its own copy; ours would hide the worker's exit
+        workers.append(worker)
+        address = _await_ready(worker, receiver, stop)
+        if address is None:
+            return None
+        if index == 0:  # the first worker resolved port 0; the others join its port
+            port = address.rpartition(":")[2]
+            settings = dataclasses.replace(settings, addr=(settings.addr[0], int(port)))
+    return address
+
+
+def _await_ready(worker: BaseProcess, receiver: Connection, stop: StopSignals) -> str | None:
+    """The address `worker` serves on, or None when a stop signal came first."""
+    ready = wait([receiver, worker.sentinel, stop.fileno()], timeout=WORKER_START_TIMEOUT)
+    if stop.requested:
+        return None
     if receiver in ready:
-        address: str = receiver.recv()
-        return address
+        try:
+            address: str = receiver.recv()
+        except EOFError:  # it closed the pipe without a word: it is exiting
+            pass
+        else:
+            return address
     worker.join(1.0)
     raise WorkerDied(worker.exitcode)
 

@@ -8,7 +8,7 @@ the rest, and the error names it and shows the end of its log.
 Children run in their own session, so Ctrl-C in the terminal reaches only the supervisor, which
 then stops them in reverse start order (Envoy first, so no request is admitted to a half-stopped
 stack): SIGTERM, a grace period, then SIGKILL. Should the supervisor itself be killed outright
-(SIGKILL, the OOM killer), Linux sends each child SIGTERM (`PR_SET_PDEATHSIG`), so no component
+(SIGKILL, the OOM killer), Linux sends each child SIGTERM (`runtime.lifecycle`), so no component
 outlives it holding the stack's ports. Each child's stdout and stderr go to
 `<logs>/<name>.log`; stderr is also read line by line for the readiness event.
 
@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
-import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO, cast
 
+from runtime.lifecycle import dying_with_this_process
 from runtime.serving import EVENT as SERVING
 from runtime.serving import serving_fields
 
@@ -39,7 +38,6 @@ Probe = Callable[[], Awaitable[dict[str, Any] | None]]
 LOG_TAIL_LINES = 15
 _LINE_LIMIT = 1 << 20
 _PROBE_INTERVAL = 0.1
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass(frozen=True)
@@ -51,24 +49,6 @@ class Component:
     env: Mapping[str, str]
     ready: Literal["serving"] | Probe = SERVING
     ready_timeout: float = 60.0
-
-
-def _terminate_with_parent() -> Callable[[], None] | None:
-    """A `preexec_fn` asking the kernel to SIGTERM the child when the supervisor dies (Linux;
-    elsewhere None). The signal follows the thread that forked, which is the event loop's: the
-    supervisor lives as long as that thread does. Code between fork and exec must not wait on a
-    lock another thread may hold, so the hook only makes two system calls."""
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork: the hook only calls into it
-    supervisor = os.getpid()
-
-    def hook() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != supervisor:  # it died between fork and prctl: no signal will come
-            os._exit(1)
-
-    return hook
 
 
 class ComponentFailed(Exception):
@@ -160,7 +140,7 @@ class Supervisor:
                 stdout=log,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=_terminate_with_parent(),
+                preexec_fn=dying_with_this_process(),
                 limit=_LINE_LIMIT,
             )
         except OSError as exc:

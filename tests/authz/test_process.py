@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
-import select
+import shutil
 import signal
 import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -22,66 +18,28 @@ from envoy.service.auth.v3.external_auth_pb2 import CheckRequest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.authz.support import Issuer, base_env
-
-START_TIMEOUT = 60.0
-
-
-class AuthzProcess:
-    """A `python -m authz` child whose JSON log lines we read as they come."""
-
-    def __init__(self, env: Mapping[str, str], *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "authz", *args],
-            env={**os.environ, **env},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.events: list[dict[str, Any]] = []
-
-    def wait_for(self, event: str, timeout: float = START_TIMEOUT) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        assert self.proc.stderr is not None
-        while time.monotonic() < deadline:
-            for seen in self.events:
-                if seen.get("event") == event:
-                    return seen
-            ready, _, _ = select.select([self.proc.stderr], [], [], 0.2)
-            if ready:
-                line = self.proc.stderr.readline()
-                if not line:
-                    break
-                self._record(line)
-        raise AssertionError(f"no {event!r} event; got {self.events}")
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=60)
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self._record(line)
-        return code
-
-    def _record(self, line: str) -> None:
-        # gRPC's C core may write its own (non-JSON) lines, e.g. when a bind fails.
-        if line.startswith("{"):
-            self.events.append(json.loads(line))
+from tests.processes import EventProcess, descendants, port_free, wait_gone
 
 
 @pytest.fixture
-def started() -> Iterator[list[AuthzProcess]]:
-    processes: list[AuthzProcess] = []
+def started() -> Iterator[list[EventProcess]]:
+    processes: list[EventProcess] = []
     yield processes
     for process in processes:
-        if process.proc.poll() is None:
-            process.proc.kill()
-            process.proc.wait()
+        process.kill()
 
 
-def start(started: list[AuthzProcess], env: Mapping[str, str], *args: str) -> AuthzProcess:
-    process = AuthzProcess(env, *args)
+def start(started: list[EventProcess], env: Mapping[str, str], *args: str) -> EventProcess:
+    """`python -m authz` with `env` over this process's environment."""
+    process = EventProcess([sys.executable, "-m", "authz", *args], {**os.environ, **env})
     started.append(process)
     return process
+
+
+def environ(pid: int) -> dict[str, str]:
+    """The environment process `pid` started with."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode()
+    return dict(entry.split("=", 1) for entry in raw.split("\0") if "=" in entry)
 
 
 def check_once(address: str, token: str) -> int:
@@ -102,7 +60,7 @@ def health(address: str) -> int:
 
 
 def test_serves_reports_health_and_exits_0_on_sigterm(
-    started: list[AuthzProcess], jwks_file: Path, issuer: Issuer
+    started: list[EventProcess], jwks_file: Path, issuer: Issuer
 ) -> None:
     """`python -m authz` logs `serving` with real ports, answers health and Check, stops on TERM."""
     process = start(started, base_env(jwks_file=jwks_file))
@@ -116,14 +74,14 @@ def test_serves_reports_health_and_exits_0_on_sigterm(
     assert process.events[-1]["event"] == "stopped"
 
 
-def test_sigint_also_stops_cleanly(started: list[AuthzProcess], jwks_file: Path) -> None:
+def test_sigint_also_stops_cleanly(started: list[EventProcess], jwks_file: Path) -> None:
     """Ctrl-C (SIGINT) is a clean stop too."""
     process = start(started, base_env(jwks_file=jwks_file))
     process.wait_for("serving")
     assert process.stop(signal.SIGINT) == 0
 
 
-def test_bad_config_exits_2_naming_every_bad_variable(started: list[AuthzProcess]) -> None:
+def test_bad_config_exits_2_naming_every_bad_variable(started: list[EventProcess]) -> None:
     """One message on stderr names each bad variable; exit code 2; nothing is served."""
     env = {
         "ORRERY_A2A_JWT_ISSUER": "",
@@ -134,8 +92,8 @@ def test_bad_config_exits_2_naming_every_bad_variable(started: list[AuthzProcess
         "ORRERY_A2A_RATE_LIMIT": "fast",
     }
     process = start(started, env)
-    _, stderr = process.proc.communicate(timeout=60)
-    assert process.proc.returncode == 2
+    assert process.finish() == 2
+    stderr = process.stderr
     for name in (
         "ORRERY_A2A_JWT_ISSUER",
         "ORRERY_A2A_JWT_AUDIENCE",
@@ -148,15 +106,14 @@ def test_bad_config_exits_2_naming_every_bad_variable(started: list[AuthzProcess
     assert "Traceback" not in stderr
 
 
-def test_workers_without_redis_are_refused(started: list[AuthzProcess], jwks_file: Path) -> None:
+def test_workers_without_redis_are_refused(started: list[EventProcess], jwks_file: Path) -> None:
     """--workers 2 needs a shared limiter; without Redis it is a configuration error."""
     process = start(started, base_env(jwks_file=jwks_file), "--workers", "2")
-    _, stderr = process.proc.communicate(timeout=60)
-    assert process.proc.returncode == 2
-    assert "ORRERY_A2A_REDIS_URL" in stderr
+    assert process.finish() == 2
+    assert "ORRERY_A2A_REDIS_URL" in process.stderr
 
 
-def test_address_in_use_exits_1(started: list[AuthzProcess], jwks_file: Path) -> None:
+def test_address_in_use_exits_1(started: list[EventProcess], jwks_file: Path) -> None:
     """A port someone else holds is a clear start-up failure, not a shared port."""
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
@@ -166,11 +123,11 @@ def test_address_in_use_exits_1(started: list[AuthzProcess], jwks_file: Path) ->
         process = start(started, env)
         failure = process.wait_for("startup_failed")
         assert str(port) in failure["error"]
-        assert process.proc.wait(timeout=60) == 1
+        assert process.finish() == 1
 
 
 def test_workers_share_one_port_and_one_metrics_endpoint(
-    started: list[AuthzProcess], jwks_file: Path, issuer: Issuer, redis_url: str
+    started: list[EventProcess], jwks_file: Path, issuer: Issuer, redis_url: str
 ) -> None:
     """--workers 2: two processes serve one port; the parent serves their merged metrics."""
     env = {**base_env(jwks_file=jwks_file), "ORRERY_A2A_REDIS_URL": redis_url}
@@ -190,7 +147,7 @@ def test_workers_share_one_port_and_one_metrics_endpoint(
 
 
 def test_a_dead_worker_stops_the_service_with_exit_1(
-    started: list[AuthzProcess], jwks_file: Path, redis_url: str
+    started: list[EventProcess], jwks_file: Path, redis_url: str
 ) -> None:
     """If a worker dies, the parent stops the rest and exits 1 for the supervisor to restart."""
     env = {**base_env(jwks_file=jwks_file), "ORRERY_A2A_REDIS_URL": redis_url}
@@ -199,11 +156,61 @@ def test_a_dead_worker_stops_the_service_with_exit_1(
     victim = next(e["pid"] for e in process.events if e["event"] == "worker_serving")
     os.kill(victim, signal.SIGKILL)
     assert process.wait_for("worker_died")["exitcode"] == -signal.SIGKILL
-    assert process.proc.wait(timeout=60) == 1
+    assert process.finish() == 1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_workers_die_with_a_parent_killed_outright(
+    started: list[EventProcess], jwks_file: Path, redis_url: str
+) -> None:
+    """SIGKILL gives the parent no chance to stop its workers; the kernel does, so no worker
+    stays behind serving old keys on the shared port, and the ports are free again."""
+    env = {**base_env(jwks_file=jwks_file), "ORRERY_A2A_REDIS_URL": redis_url}
+    process = start(started, env, "--workers", "2")
+    serving = process.wait_for("serving")
+    tree = descendants(process.pid)
+    workers = {e["pid"] for e in process.events if e["event"] == "worker_serving"}
+    assert workers <= tree
+    # What a killed parent cannot remove (docs/authz.md): its merged-metrics directory.
+    metrics_dir = environ(next(iter(workers)))["PROMETHEUS_MULTIPROC_DIR"]
+    try:
+        process.proc.kill()
+        assert process.finish() == -signal.SIGKILL
+        assert wait_gone(tree) == set()
+        assert port_free(serving["grpc"])
+        assert port_free(serving["metrics"])
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def test_a_stop_while_a_worker_starts_is_not_held_up(
+    started: list[EventProcess], redis_url: str
+) -> None:
+    """SIGTERM while the first worker is still loading its keys: the parent stops it and exits 0
+    at once, without starting the others or logging `serving`, and leaves no process behind."""
+    with socket.create_server(("127.0.0.1", 0)) as silent_jwks:  # accepts, never answers
+        port = silent_jwks.getsockname()[1]
+        env = {
+            **base_env(jwks_url=f"http://127.0.0.1:{port}/jwks.json"),
+            "ORRERY_A2A_JWKS_TIMEOUT": "120s",
+            "ORRERY_A2A_REDIS_URL": redis_url,
+        }
+        process = start(started, env, "--workers", "2")
+        silent_jwks.settimeout(60)
+        fetching, _ = silent_jwks.accept()  # the first worker is starting: it asks for keys
+        tree = descendants(process.pid)
+        process.proc.send_signal(signal.SIGTERM)
+        fetching.close()  # lets that worker's start-up end, so it can act on its SIGTERM
+        assert process.finish(timeout=30) == 0
+    events = [e["event"] for e in process.events]
+    assert "serving" not in events
+    assert events.count("worker_serving") <= 1  # the second worker was never started
+    assert events[-1] == "stopped"
+    assert wait_gone(tree) == set()
 
 
 def test_serving_is_logged_even_when_decisions_are_not(
-    started: list[AuthzProcess], jwks_file: Path, issuer: Issuer
+    started: list[EventProcess], jwks_file: Path, issuer: Issuer
 ) -> None:
     """ORRERY_A2A_LOG_LEVEL=WARNING silences decisions, never the start and stop events."""
     env = {**base_env(jwks_file=jwks_file), "ORRERY_A2A_LOG_LEVEL": "WARNING"}

@@ -47,14 +47,6 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-def process_gone(pid: int) -> bool:
-    """No such process, or only its zombie (a container's PID 1 may never reap it)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 @pytest.fixture
 def state_dir(tmp_path: Path) -> Path:
     path = tmp_path / "state"

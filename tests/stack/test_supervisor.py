@@ -7,14 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from stack.supervisor import Component, ComponentFailed, Supervisor, describe_exit
-from tests.stack.conftest import process_gone
+from tests.processes import process_gone, wait_gone
 
 SERVE_THEN_WAIT = """
 import json, signal, sys, time
@@ -201,7 +200,4 @@ def test_children_stop_when_the_supervisor_is_killed_outright(tmp_path: Path) ->
         assert not process_gone(child)
         os.kill(supervisor.pid, signal.SIGKILL)
         supervisor.wait()
-    deadline = time.monotonic() + 10
-    while not process_gone(child) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert process_gone(child)
+    assert wait_gone({child}) == set()

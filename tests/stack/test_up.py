@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -17,7 +18,8 @@ import pytest
 
 from stack import cli
 from stack.state import ISSUER_KEY_FILE, STATE_FILE, pid_alive
-from tests.stack.conftest import LocalStackRun, cli_argv, process_gone
+from tests.processes import descendants, port_free, wait_gone
+from tests.stack.conftest import LocalStackRun, cli_argv
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
 
@@ -231,17 +233,22 @@ def test_a_closed_terminal_stops_every_component_and_removes_the_secrets(state_d
 
 
 def test_killing_up_outright_stops_every_component(state_dir: Path) -> None:
-    """SIGKILL gives `up` no chance to clean up; the kernel still stops all four, so no port
-    stays taken (the next `up` removes the secrets left behind)."""
+    """SIGKILL gives `up` no chance to clean up; the kernel still stops all four and whatever they
+    started, so no port stays taken (the next `up` removes the secrets left behind)."""
     run = LocalStackRun.start(state_dir)
     assert run.wait_for("is up at")
     pids = {name: pid for name, (_, pid) in run.components.items()}
+    assert set(pids) == {"issuer", "authz", "adapter", "envoy"}
+    tree = descendants(run.process.pid)
+    assert set(pids.values()) <= tree
+    # Every address a ready line names: listener, admin, issuer, authz and its metrics, adapter.
+    ready = [line for line in run.lines if " ready " in line]
+    addresses = {found for line in ready for found in re.findall(r"127\.0\.0\.1:\d+", line)}
+    assert len(addresses) == 6
     run.process.kill()
     run.finish()
-    deadline = time.monotonic() + 20
-    while [pid for pid in pids.values() if not process_gone(pid)] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [name for name, pid in pids.items() if not process_gone(pid)]
+    assert wait_gone(tree, timeout=20) == set()
+    assert [address for address in addresses if not port_free(address)] == []
 
 
 def test_a_component_that_dies_stops_the_stack_and_is_named(state_dir: Path) -> None:
