@@ -138,6 +138,6 @@ def test_status_reports_the_running_engine_and_its_images() -> None:
     if host != f"unix://{directory}/run/docker.sock":
         pytest.skip(f"the tests use another engine ({host}), not scripts/docker-env's")
     status = docker_env(directory, "status")
-    assert status.returncode == 0, status.stderr
+    assert status.returncode == 0, status.stdout + status.stderr
     assert status.stdout.startswith("engine: running")
     assert "missing" not in status.stdout
