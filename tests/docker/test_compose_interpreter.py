@@ -321,6 +321,17 @@ def test_container_options_for_every_key(tmp_path: Path) -> None:
     )
 
 
+def test_compose_yaml_uses_only_keys_whose_translation_is_tested() -> None:
+    """Every key of every service in compose.yaml is one the translation test exercises, and
+    the file loads under every profile."""
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    used = {key for spec in services.values() for key in spec}
+    assert used <= compose.SERVICE_KEYS, used - compose.SERVICE_KEYS
+    env = {"ORRERY_A2A_JWT_ISSUER": "https://i", "ORRERY_A2A_ASSERTION_KEYS": "k=x"}
+    for profiles in ([], ["replicated"]):
+        assert compose.load(COMPOSE, env, profiles=profiles).services
+
+
 def test_with_service_checks_a_test_service_like_the_files_own(tmp_path: Path) -> None:
     """A test's extra service is parsed by the same rules: a bad key is refused."""
     project = load(tmp_path, {"holder": {"image": "x"}})
