@@ -7,6 +7,8 @@ is started or stopped there); the images on the running engine.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -141,3 +143,35 @@ def test_status_reports_the_running_engine_and_its_images() -> None:
     assert status.returncode == 0, status.stdout + status.stderr
     assert status.stdout.startswith("engine: running")
     assert "missing" not in status.stdout
+
+
+@pytest.mark.docker
+def test_an_engine_with_running_containers_is_neither_released_nor_downed(
+    scratch: Path, tmp_path: Path, docker_client: Any, stand_ins: dict[str, str]
+) -> None:
+    """A run that uses the engine without holding it still has containers on it: the last
+    release keeps the engine and `down` refuses. (The scratch directory points at the real
+    engine's socket; its pid file names a stand-in `dockerd` that must survive.)"""
+    host = docker_client.api.base_url
+    socket = engine.docker_host(os.environ)
+    if not socket or not socket.startswith("unix://"):
+        pytest.skip(f"the engine is not on a local socket ({host})")
+    fake = tmp_path / "bin" / "dockerd"
+    fake.parent.mkdir()
+    shutil.copy("/bin/sleep", fake)
+    dockerd = subprocess.Popen([str(fake), "300"])
+    try:
+        (scratch / "run" / "dockerd.pid").write_text(f"{dockerd.pid}\n")
+        (scratch / "run" / "docker.sock").symlink_to(socket.removeprefix("unix://"))
+        image = stand_ins["ORRERY_PYTHON_IMAGE"]
+        with engine.temporary(docker_client, "containers", image, ["sleep", "60"]) as container:
+            container.start()
+            released = docker_env(scratch, "release", str(os.getpid()))
+            assert re.search(r"engine kept: \d+ container\(s\) still run on it", released.stderr)
+            refused = docker_env(scratch, "down")
+            assert refused.returncode == 1
+            assert "container(s) are running on the engine" in refused.stderr
+        assert dockerd.poll() is None
+    finally:
+        dockerd.kill()
+        dockerd.wait()
