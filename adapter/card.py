@@ -22,13 +22,13 @@ from aiohttp import web
 from google.protobuf.json_format import MessageToDict
 
 from adapter.gateway import Specialist
+from runtime.version import version
 
 NAME = "Orrery"
 DESCRIPTION = (
     "Orrery investigates production services and proposes changes; guarded changes run only "
     "after the delegating person approves them."
 )
-VERSION = "0.1.0"
 SECURITY_SCHEME = "bearer"
 INPUT_MODES = ("text/plain",)
 OUTPUT_MODES = ("text/plain", "application/json")
@@ -40,7 +40,7 @@ def public_card(public_url: str) -> pb.AgentCard:
     return pb.AgentCard(
         name=NAME,
         description=DESCRIPTION,
-        version=VERSION,
+        version=version(),
         supported_interfaces=[
             pb.AgentInterface(url=public_url, protocol_binding="JSONRPC", protocol_version="1.0")
         ],

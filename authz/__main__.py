@@ -26,7 +26,8 @@ from authz.settings import AuthzSettings
 from authz.workers import WorkerDied, run_workers
 from runtime import logs
 from runtime.errors import ConfigError
-from runtime.serving import log_serving
+from runtime.serving import log_serving, log_startup_failed
+from runtime.version import version
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--workers", type=int, default=1, help="processes sharing the gRPC port (default 1)"
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     args = parser.parse_args(argv)
     try:
         settings = load_settings(os.environ, args.workers)
@@ -47,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             run_workers(settings, args.workers)
     except OSError as exc:
-        logs.event(process_logger, "startup_failed", logging.ERROR, error=str(exc))
+        log_startup_failed(process_logger, exc)
         return 1
     except WorkerDied as exc:
         logs.event(process_logger, "worker_died", logging.ERROR, exitcode=exc.exitcode)

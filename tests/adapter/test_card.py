@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import Any
 
 import httpx
@@ -50,6 +51,7 @@ async def test_card_has_the_required_fields(server: Server) -> None:
     ):
         assert card[field], field
     assert all(skill["tags"] for skill in card["skills"])
+    assert card["version"] == metadata.version("orrery-a2a-edge")  # one version, the package's
     assert card["supportedInterfaces"] == [
         {"url": server.base + "/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
     ]

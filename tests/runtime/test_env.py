@@ -132,4 +132,3 @@ def test_a_bad_redis_url_is_refused_without_echoing_it() -> None:
     reader = EnvReader({"R": "http://user:hunter2@h/0"})
     assert reader.redis_url("R") is None
     assert reader.problems == ["R: expected a redis://, rediss:// or unix:// URL"]
-

@@ -11,7 +11,6 @@ import pytest
 
 from runtime import logs
 
-
 RFC3339_UTC = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z"
 
 
