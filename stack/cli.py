@@ -15,15 +15,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import shlex
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NoReturn, TextIO
+from urllib.parse import urlsplit
 
 from runtime.addresses import parse_address
 from runtime.env import parse_duration
 from runtime.errors import ConfigError
+from runtime.version import version
 from stack import envoy_config
 from stack.settings import ADDRESSES, StackSettings
 from stack.state import StackError, StackState, default_state_dir
@@ -60,12 +64,70 @@ def _state_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+TOKEN_VARIABLE = "ORRERY_A2A_TOKEN"  # noqa: S105 - the variable's name, not a secret
+# A compact JWS (three base64url segments): what an error message must never echo.
+_JWS = re.compile(r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+")
+
+
+def redact(text: str) -> str:
+    """`text` with anything shaped like a token replaced: a mistyped command line or a failure
+    message is printed, and a token in it would land in terminals, logs and bug reports."""
+    return _JWS.sub("[redacted token]", text)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a usage error never echoes a token given in the wrong place."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {redact(message)}\n")
+
+
+def _base_url(text: str) -> str:
+    """`--url`: the edge's base URL, where its agent card is; never the /a2a endpoint itself."""
+    parts = urlsplit(text.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an http(s) URL; give the edge's base URL with its scheme,"
+            " e.g. http://127.0.0.1:8080"
+        )
+    if parts.query or parts.fragment:
+        raise argparse.ArgumentTypeError("the edge's base URL has no query or fragment")
+    path = parts.path.rstrip("/")
+    for endpoint in ("/a2a", "/.well-known/agent-card.json"):
+        if path.endswith(endpoint):
+            base = f"{parts.scheme}://{parts.netloc}{path.removesuffix(endpoint)}"
+            raise argparse.ArgumentTypeError(
+                f"{text} names an endpoint; give the edge's base URL, {base}: the agent card"
+                f" served there (/.well-known/agent-card.json) names the A2A endpoint"
+            )
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def _credential_options(parser: argparse.ArgumentParser, minted: str) -> None:
+    """Where a command's bearer token comes from; argv only on request (`ps` shows it)."""
+    given = parser.add_mutually_exclusive_group()
+    given.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help=f"read the bearer token from PATH, `-` for stdin (else {TOKEN_VARIABLE}, else"
+        f" {minted})",
+    )
+    given.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="the bearer token itself; other users see it in `ps`: prefer --token-file or"
+        f" {TOKEN_VARIABLE}",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="orrery-a2a",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     up = commands.add_parser("up", help="run the local stack until Ctrl-C")
@@ -87,7 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
     _state_option(up)
 
     token = commands.add_parser("token", help="print a dev token from the running stack")
-    token.add_argument("--kind", choices=TOKEN_KINDS, default="delegated")
+    token.add_argument(
+        "--kind",
+        choices=TOKEN_KINDS,
+        default="delegated",
+        help="an agent acting for a person, a service on its own behalf, or the person at the"
+        " approvals console (delegated)",
+    )
     token.add_argument("--subject", help="`sub` (default: dev-user; a service: its client id)")
     token.add_argument("--agent", help="the acting agent, `act.sub` (delegated; dev-agent)")
     token.add_argument("--client-id", help="`client_id` (a per-kind dev default)")
@@ -102,33 +170,57 @@ def build_parser() -> argparse.ArgumentParser:
     _state_option(token)
 
     ask_cmd = commands.add_parser("ask", help="send a message through Envoy")
-    ask_cmd.add_argument("text")
+    ask_cmd.add_argument("text", help="the message, as plain text")
     ask_cmd.add_argument("--context-id", help="continue this conversation")
     ask_cmd.add_argument("--task-id", help="resume this task (after an approval)")
     ask_cmd.add_argument(
         "--kind",
         choices=("delegated", "service"),
         default="delegated",
-        help="the kind of dev token to mint (delegated)",
+        help="the kind of dev token to mint when none is given (delegated)",
     )
-    ask_cmd.add_argument("--token", help="use this bearer token instead of minting one")
-    ask_cmd.add_argument("--url", help="the edge's base URL (default: the running stack's)")
+    _credential_options(ask_cmd, "a dev token minted from the running stack")
+    ask_cmd.add_argument(
+        "--url",
+        type=_base_url,
+        help="the edge's base URL, where its agent card is (default: the running stack's); the"
+        " card's interface URL, not this, decides where the message goes",
+    )
     _state_option(ask_cmd)
 
     approve_cmd = commands.add_parser("approve", help="decide a pending action as the human")
-    approve_cmd.add_argument("action_id")
+    approve_cmd.add_argument(
+        "action_id", help="the action `ask` printed (after `--` if it starts with `-`)"
+    )
     approve_cmd.add_argument("--deny", action="store_true", help="refuse instead of approving")
-    approve_cmd.add_argument("--token", help="a console-audience token (default: mint one)")
-    approve_cmd.add_argument("--url", help="the edge's base URL (default: the running stack's)")
+    _credential_options(approve_cmd, "a console-audience dev token minted from the running stack")
+    approve_cmd.add_argument(
+        "--url",
+        type=_base_url,
+        help="the edge's base URL (default: the running stack's); the decision goes to"
+        " URL/approvals/ACTION_ID",
+    )
     _state_option(approve_cmd)
 
     render_cmd = commands.add_parser(
         "envoy-config", help="render the Envoy bootstrap with other addresses"
     )
-    render_cmd.add_argument("--source", type=Path, default=envoy_config.repo_config_path())
+    render_cmd.add_argument(
+        "--source",
+        type=Path,
+        default=envoy_config.repo_config_path(),
+        help="the bootstrap to render (envoy/envoy.yaml of this checkout)",
+    )
     render_cmd.add_argument("--out", type=Path, help="write here (0644) instead of stdout")
-    for name in ("listen", "admin", "authz", "adapter"):
-        render_cmd.add_argument(f"--{name}", type=_address, metavar="HOST:PORT")
+    for name, what in (
+        ("listen", "the public listener"),
+        ("admin", "the admin API (keep it on loopback)"),
+        ("authz", "the authz cluster's endpoint"),
+        ("adapter", "the adapter cluster's endpoint"),
+    ):
+        render_cmd.add_argument(
+            f"--{name}", type=_address, metavar="HOST:PORT", help=f"{what} (unchanged if absent)"
+        )
 
     return parser
 
@@ -146,12 +238,33 @@ def _env_with_flags(args: argparse.Namespace, env: Mapping[str, str]) -> dict[st
     return merged
 
 
+def given_token(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO) -> str | None:
+    """The bearer token the user gave: `--token`, `--token-file` (`-`: stdin) or
+    ORRERY_A2A_TOKEN, in that order; None when none was given. Never echoed in an error."""
+    if args.token:
+        return str(args.token).strip()
+    if args.token_file:
+        path: str = args.token_file
+        source = "stdin" if path == "-" else path
+        try:
+            text = stdin.read() if path == "-" else Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StackError(f"cannot read a token from {source}: {exc}") from None
+        token = text.strip()
+        if not token or len(token.split()) != 1:
+            raise StackError(f"{source} does not hold one token")
+        return token
+    return env.get(TOKEN_VARIABLE, "").strip() or None
+
+
 def _target(args: argparse.Namespace, env: Mapping[str, str], kind: TokenKind) -> tuple[str, str]:
-    """The base URL and bearer token: given by flags, else from the running stack."""
-    if args.url and args.token:
-        return args.url.rstrip("/"), str(args.token)
+    """The base URL and bearer token: given by flags or ORRERY_A2A_TOKEN, else from the running
+    stack (its URL, a dev token of `kind` minted from its issuer key)."""
+    token = given_token(args, env, sys.stdin)
+    if args.url and token:
+        return args.url, token
     state = StackState.load(default_state_dir(env))
-    token = args.token or mint_for_stack(state, TokenRequest(kind=kind), now=int(time.time()))
+    token = token or mint_for_stack(state, TokenRequest(kind=kind), now=int(time.time()))
     return (args.url or state.url).rstrip("/"), token
 
 
@@ -231,11 +344,11 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         return COMMANDS[args.command](args, merged)
     except ConfigError as exc:
-        print(f"orrery-a2a {args.command}: {exc}", file=sys.stderr)
+        print(f"orrery-a2a {args.command}: {redact(str(exc))}", file=sys.stderr)
         return 2
     except (StackError, envoy_config.EnvoyConfigError) as exc:
         # For up and envoy-config these are set-up problems (2); otherwise the request failed (1).
-        print(f"orrery-a2a {args.command}: {exc}", file=sys.stderr)
+        print(f"orrery-a2a {args.command}: {redact(str(exc))}", file=sys.stderr)
         return 2 if args.command in {"up", "envoy-config"} else 1
 
 

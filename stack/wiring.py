@@ -64,9 +64,14 @@ def adapter_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:
     return env
 
 
+# Never passed on: a JWKS file would override the issuer's URL, and a bearer token the user
+# exported for `ask` / `approve` is no business of the components.
+NOT_INHERITED = frozenset({"ORRERY_A2A_JWKS_FILE", "ORRERY_A2A_TOKEN"})
+
+
 def child_env(inherited: Mapping[str, str], own: Mapping[str, str]) -> dict[str, str]:
-    """The user's environment, minus the one variable a JWKS file would override, plus `own`."""
-    env = {name: value for name, value in inherited.items() if name != "ORRERY_A2A_JWKS_FILE"}
+    """The user's environment, minus `NOT_INHERITED`, plus `own`."""
+    env = {name: value for name, value in inherited.items() if name not in NOT_INHERITED}
     env["PYTHONUNBUFFERED"] = "1"
     env.update(own)
     return env

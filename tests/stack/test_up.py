@@ -143,6 +143,44 @@ def test_token_kinds_verify_against_the_issuers_jwks(stack_run: LocalStackRun) -
         assert ("act" in claims) == (kind == "delegated")
 
 
+def test_ask_takes_its_token_from_stdin_or_the_environment(stack_run: LocalStackRun) -> None:
+    """`ask --token-file -` and ORRERY_A2A_TOKEN send the given token (never on the command
+    line): the adapter serves each as that token's principal."""
+    for source in ("stdin", "env"):
+        client = f"given-{source}"
+        token = _token(stack_run, "--kind", "service", "--client-id", client)
+        env = {**stack_run.env, **({"ORRERY_A2A_TOKEN": token} if source == "env" else {})}
+        argv = ["ask", "is search up?", *(["--token-file", "-"] if source == "stdin" else [])]
+        result = subprocess.run(
+            cli_argv(*argv),
+            env=env,
+            input=token + "\n" if source == "stdin" else "",
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        assert _adapter_event(stack_run, f"service:{client}::{client}")["outcome"] == "ok"
+
+
+def test_a_refused_token_is_explained_but_never_printed(stack_run: LocalStackRun) -> None:
+    """A token authz refuses (here: for the console audience, on /a2a): `ask` prints authz's
+    status and reason code, exits 1, and the token appears nowhere in its output."""
+    token = _token(stack_run, "--kind", "human")
+    result = subprocess.run(
+        cli_argv("ask", "is search up?"),
+        env={**stack_run.env, "ORRERY_A2A_TOKEN": token},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "answered 401 token_invalid" in result.stderr
+    assert token not in result.stdout + result.stderr
+
+
 def test_ask_prints_the_reply(stack_run: LocalStackRun, capsys: pytest.CaptureFixture[str]) -> None:
     """`ask` (in process) answers as the delegated dev principal; the hint goes to stderr."""
     assert cli.main(["ask", "is checkout healthy?"], env=stack_run.env) == 0
@@ -187,7 +225,7 @@ def test_the_printed_approval_commands_decide_and_resume(
 
     decided = _printed(stack_run, hints[decision])
     assert decided.returncode == 0, decided.stderr
-    assert decided.stdout.startswith(f"{action}: {answer} — ")
+    assert decided.stdout.startswith(f"{action}: {answer}; ")  # the outcome, said once
 
     result = _printed(stack_run, hints["resume"])
     assert result.stdout == resumed.format(action=action)
