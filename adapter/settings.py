@@ -22,14 +22,27 @@ _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _GATEWAY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
+PUBLIC_PATHS = ("/a2a", "/a2a/")
+
+
 def _public_url(text: str) -> str:
+    """The URL clients reach the edge's A2A endpoint at. Its path must be Envoy's `/a2a`: the
+    agent card, `approve_url` and the card keys' `jku` all hang off its origin, so a different
+    path (a proxy's prefix) would advertise URLs that lead nowhere."""
     parts = urlsplit(text)
+    if "@" in parts.netloc:
+        raise ValueError("must not carry credentials")  # and is not echoed: it holds one
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"expected an absolute http(s) URL, got {text!r}")
     if parts.scheme == "http" and not is_loopback_url(text):
         raise ValueError("must be https outside loopback")
     if parts.query or parts.fragment:
         raise ValueError("must not carry a query or fragment")
+    if parts.path not in PUBLIC_PATHS:
+        raise ValueError(
+            f"its path must be /a2a, got {parts.path or '/'!r} (the edge serves A2A at /a2a; the"
+            " agent card and approval URLs hang off the URL's origin)"
+        )
     return text
 
 

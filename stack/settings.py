@@ -43,6 +43,9 @@ class StackSettings:
     envoy_config: Path
     ready_timeout: float
     replicas: int = 1
+    # The URL clients reach /a2a at, when it is not Envoy's own (a proxy, a port forward): the
+    # adapter advertises it in the card and checks it (docs/contract.md#adapter-variables).
+    public_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StackSettings:
@@ -67,6 +70,7 @@ class StackSettings:
             envoy_config=config,
             ready_timeout=reader.seconds("ORRERY_A2A_READY_TIMEOUT", "60s", minimum=1.0),
             replicas=reader.integer("ORRERY_A2A_REPLICAS", 1, minimum=1, maximum=8),
+            public_url=reader.raw("ORRERY_A2A_PUBLIC_URL") or None,
         )
         reader.finish()
         return settings

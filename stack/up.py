@@ -206,7 +206,11 @@ class LocalStack:
         if listen[1] == 0:
             listen = (listen[0], free_port(listen[0]))
         url = f"http://{client_host(listen)}"
-        wiring = Wiring(issuer_url, secrets.assertion_keys, public_url=f"{url}/a2a")
+        # A user-set ORRERY_A2A_PUBLIC_URL (a proxy or port forward in front) is what the card
+        # advertises; `check` had the adapter validate it before anything started.
+        wiring = Wiring(
+            issuer_url, secrets.assertion_keys, public_url=settings.public_url or f"{url}/a2a"
+        )
 
         authz_addresses = []
         for name in self._replica_names("authz"):
@@ -272,6 +276,11 @@ class LocalStack:
         )
         self.say()
         self.say(f"Orrery A2A is up at {state.url}   (logs: {state.logs})")
+        if self.settings.public_url:
+            self.say(
+                f"  card: clients are sent to {self.settings.public_url} (ORRERY_A2A_PUBLIC_URL);"
+                " `ask` follows the card there"
+            )
         self.say("  ask:  " + f"orrery-a2a ask{state_flag} {shlex.quote(EXAMPLE_QUESTION)}")
         self.say(
             f"  curl: curl -sS {state.url}/a2a"

@@ -10,7 +10,7 @@ import pytest
 from a2a.types import a2a_pb2 as pb
 from google.protobuf.json_format import ParseDict
 
-from tests.adapter.conftest import Server, running
+from tests.adapter.conftest import Server, settings_for
 
 LEGACY_KEYS = {
     "url",
@@ -91,11 +91,34 @@ async def test_extended_card_needs_an_assertion(server: Server) -> None:
     assert response.status_code == 401
 
 
-@pytest.mark.parametrize("url", ["http://orrery.example.com/a2a", "ftp://127.0.0.1/a2a"])
-async def test_public_url_must_be_https_outside_loopback(url: str) -> None:
-    """A plain-http public URL outside loopback is a configuration error."""
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://orrery.example.com/a2a", "must be https outside loopback"),
+        ("ftp://127.0.0.1/a2a", "expected an absolute http(s) URL"),
+        ("127.0.0.1:8080/a2a", "expected an absolute http(s) URL"),
+        ("https:///a2a", "expected an absolute http(s) URL"),
+        ("https://orrery.example.com/a2a?x=1", "must not carry a query or fragment"),
+        ("https://orrery.example.com/a2a#f", "must not carry a query or fragment"),
+        ("https://orrery.example.com", "its path must be /a2a, got '/'"),
+        ("https://orrery.example.com/edge/a2a", "its path must be /a2a, got '/edge/a2a'"),
+        ("https://user:pw@orrery.example.com/a2a", "must not carry credentials"),
+    ],
+)
+async def test_a_public_url_clients_cannot_use_is_refused(url: str, problem: str) -> None:
+    """ORRERY_A2A_PUBLIC_URL must be an http(s) URL with a host, https outside loopback, path
+    /a2a, no query, fragment or credentials: otherwise start-up fails naming the variable."""
     from runtime.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="ORRERY_A2A_PUBLIC_URL"):
-        async with running({"ORRERY_A2A_PUBLIC_URL": url}):
-            pass
+    with pytest.raises(ConfigError, match="ORRERY_A2A_PUBLIC_URL") as refused:
+        settings_for("http://127.0.0.1:1", {"ORRERY_A2A_PUBLIC_URL": url})
+    assert problem in str(refused.value)
+    assert "pw@" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://orrery.example.com/a2a", "https://orrery.example.com:8443/a2a/"]
+)
+def test_an_https_public_url_at_a2a_is_accepted(url: str) -> None:
+    """Any https origin with the path /a2a (or /a2a/) is a valid public URL."""
+    assert settings_for("http://127.0.0.1:1", {"ORRERY_A2A_PUBLIC_URL": url}).public_url == url

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from pathlib import Path
+
 import httpx
 import pytest
 from a2a.client import A2ACardResolver
@@ -71,3 +75,67 @@ async def test_the_extended_card_lists_each_specialist_for_a_caller(edge: Edge) 
         card = await client.get_extended_agent_card(pb.GetExtendedAgentCardRequest())
     assert [skill.id for skill in card.skills] == ["investigator", "change-planner"]
     assert card.supported_interfaces[0].url == f"{edge.url}/a2a"
+
+
+class PortForward:
+    """A TCP forwarder on a loopback port of its own (what `kubectl port-forward` or a proxy in
+    front of the edge looks like to a client); counts the connections it carried."""
+
+    def __init__(self) -> None:
+        self.target = 0
+        self.connections = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._carry, "127.0.0.1", 0)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _carry(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+
+async def test_up_honours_a_public_url_set_by_the_user(tmp_path: Path) -> None:
+    """ORRERY_A2A_PUBLIC_URL set before `up` (a port forward in front of Envoy) is what the card
+    advertises — not replaced by Envoy's own URL — and the a2a-sdk client, following the card,
+    reaches the agent through the forward."""
+    forward = PortForward()
+    port = await forward.start()
+    public_url = f"http://127.0.0.1:{port}/a2a"
+    try:
+        edge = await asyncio.to_thread(Edge, tmp_path, {"ORRERY_A2A_PUBLIC_URL": public_url})
+        try:
+            forward.target = int(edge.url.rsplit(":", 1)[1])
+            async with httpx.AsyncClient(timeout=60) as http:
+                card = (await http.get(f"{edge.url}{CARD_PATH}")).json()
+            assert card["supportedInterfaces"][0]["url"] == public_url
+            async with edge.client(edge.token("service", client_id=unique("fwd"))) as client:
+                events = [
+                    event
+                    async for event in client.send_message(
+                        pb.SendMessageRequest(
+                            message=pb.Message(
+                                role=pb.ROLE_USER, message_id="m1", parts=[pb.Part(text="hi")]
+                            )
+                        )
+                    )
+                ]
+            assert events[-1].task.status.state == pb.TASK_STATE_COMPLETED
+            assert forward.connections >= 1
+        finally:
+            await asyncio.to_thread(edge.close)
+    finally:
+        await forward.close()
