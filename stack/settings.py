@@ -46,6 +46,8 @@ class StackSettings:
     # The URL clients reach /a2a at, when it is not Envoy's own (a proxy, a port forward): the
     # adapter advertises it in the card and checks it (docs/contract.md#adapter-variables).
     public_url: str | None = None
+    # The user's own card-signing keys; without them `up` signs with a per-run key.
+    card_signing_keys: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StackSettings:
@@ -71,6 +73,7 @@ class StackSettings:
             ready_timeout=reader.seconds("ORRERY_A2A_READY_TIMEOUT", "60s", minimum=1.0),
             replicas=reader.integer("ORRERY_A2A_REPLICAS", 1, minimum=1, maximum=8),
             public_url=reader.raw("ORRERY_A2A_PUBLIC_URL") or None,
+            card_signing_keys=reader.raw("ORRERY_A2A_CARD_SIGNING_KEYS") or None,
         )
         reader.finish()
         return settings

@@ -3,8 +3,9 @@
 Order: the dev issuer (authz needs its JWKS), authz, the adapter, then Envoy (whose clusters need
 the addresses the others reported). Each starts only once the previous one is ready, so a failure
 names the component that failed, not the first one that noticed. This run's secrets — the issuer's
-signing key and the assertion keys — are generated fresh and live in the private state directory
-(see `stack.state`) or only in the children's environments; they are removed when the stack stops.
+and the agent card's signing keys and the assertion keys — are generated fresh and live in the
+private state directory (see `stack.state`) or only in the children's environments; they are
+removed when the stack stops.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from stack.addresses import client_host
 from stack.keys import new_assertion_keys, new_signing_key, private_pem
 from stack.settings import StackSettings
 from stack.state import (
+    CARD_KEY_FILE,
     ISSUER_KEY_FILE,
     STATE_FILE,
     StackError,
@@ -67,16 +69,20 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 @dataclass(frozen=True, slots=True)
 class RunSecrets:
-    """This run's secrets: the issuer key file (0600) and the assertion keys (env only)."""
+    """This run's secrets: the issuer's and the card's signing key files (0600) and the
+    assertion keys (env only)."""
 
     issuer_key: Path
     assertion_keys: str
+    card_key: Path
 
 
 def generate_secrets(state_dir: Path) -> RunSecrets:
     key_path = state_dir / ISSUER_KEY_FILE
     write_private(key_path, private_pem(new_signing_key()))
-    return RunSecrets(issuer_key=key_path, assertion_keys=new_assertion_keys())
+    card_key = state_dir / CARD_KEY_FILE
+    write_private(card_key, private_pem(new_signing_key()))
+    return RunSecrets(issuer_key=key_path, assertion_keys=new_assertion_keys(), card_key=card_key)
 
 
 def free_port(host: str) -> int:
@@ -209,7 +215,10 @@ class LocalStack:
         # A user-set ORRERY_A2A_PUBLIC_URL (a proxy or port forward in front) is what the card
         # advertises; `check` had the adapter validate it before anything started.
         wiring = Wiring(
-            issuer_url, secrets.assertion_keys, public_url=settings.public_url or f"{url}/a2a"
+            issuer_url,
+            secrets.assertion_keys,
+            public_url=settings.public_url or f"{url}/a2a",
+            card_signing_keys=settings.card_signing_keys or str(secrets.card_key),
         )
 
         authz_addresses = []
@@ -301,7 +310,13 @@ class LocalStack:
 
     def cleanup(self) -> None:
         """Remove this run's secrets and state; logs stay for a post-mortem."""
-        for name in (STATE_FILE, ISSUER_KEY_FILE, ENVOY_CONFIG_FILE, ENVOY_ADMIN_FILE):
+        for name in (
+            STATE_FILE,
+            ISSUER_KEY_FILE,
+            CARD_KEY_FILE,
+            ENVOY_CONFIG_FILE,
+            ENVOY_ADMIN_FILE,
+        ):
             (self.state_dir / name).unlink(missing_ok=True)
 
     async def run(self) -> int:

@@ -26,6 +26,7 @@ class Wiring:
     issuer: str
     assertion_keys: str
     public_url: str
+    card_signing_keys: str = ""
 
     @property
     def jwks_url(self) -> str:
@@ -57,6 +58,8 @@ def adapter_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:
         "ORRERY_A2A_ASSERTION_KEYS": wiring.assertion_keys,
         "ORRERY_A2A_PUBLIC_URL": wiring.public_url,
     }
+    if wiring.card_signing_keys:
+        env["ORRERY_A2A_CARD_SIGNING_KEYS"] = wiring.card_signing_keys
     if settings.replicas > 1:
         # Replicas must share tasks, approvals and in-flight counts: the adapter then refuses to
         # start unless DATABASE_URL and ORRERY_A2A_REDIS_URL are in the environment.

@@ -10,7 +10,7 @@ import pytest
 from a2a.types import a2a_pb2 as pb
 from google.protobuf.json_format import ParseDict
 
-from tests.adapter.conftest import Server, settings_for
+from tests.adapter.conftest import Server, running, settings_for
 
 LEGACY_KEYS = {
     "url",
@@ -63,10 +63,83 @@ async def test_card_has_the_required_fields(server: Server) -> None:
 
 
 async def test_card_names_the_real_bearer_scheme(server: Server) -> None:
-    """securitySchemes is the bearer scheme authz enforces, and it is required."""
+    """securitySchemes is the bearer scheme authz enforces; the requirements are its
+    alternatives: a bearer token carrying one of the roles authz recognises."""
     card = (await fetch(server)).json()
-    assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
-    assert card["securityRequirements"] == [{"schemes": {"bearer": {}}}]
+    assert list(card["securitySchemes"]) == ["bearer"]
+    scheme = card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]
+    assert (scheme["scheme"], scheme["bearerFormat"]) == ("Bearer", "JWT")
+    assert card["securityRequirements"] == [
+        {"schemes": {"bearer": {"list": [role]}}} for role in ("viewer", "operator", "admin")
+    ]
+
+
+async def test_the_roles_are_the_configured_ones() -> None:
+    """ORRERY_A2A_ROLE_AUTONOMY (read by authz too) decides which roles the card lists."""
+    env = {"ORRERY_A2A_ROLE_AUTONOMY": "reader=L1,sre=L3"}
+    async with running(env) as started:
+        card = (await fetch(started)).json()
+    assert card["securityRequirements"] == [
+        {"schemes": {"bearer": {"list": ["reader"]}}},
+        {"schemes": {"bearer": {"list": ["sre"]}}},
+    ]
+
+
+async def test_the_card_says_where_a_token_comes_from() -> None:
+    """With an OpenID Connect discovery URL and an OAuth 2.0 token URL configured, the card
+    names both providers and the scopes to request, before the bearer alternatives."""
+    env = {
+        "ORRERY_A2A_OIDC_DISCOVERY_URL": "https://idp.example/.well-known/openid-configuration",
+        "ORRERY_A2A_OAUTH_TOKEN_URL": "https://idp.example/oauth2/token",
+        "ORRERY_A2A_TOKEN_SCOPES": "orrery.a2a openid",
+    }
+    async with running(env) as started:
+        card = (await fetch(started)).json()
+    ParseDict(card, pb.AgentCard())
+    schemes = card["securitySchemes"]
+    assert schemes["oidc"]["openIdConnectSecurityScheme"]["openIdConnectUrl"] == (
+        "https://idp.example/.well-known/openid-configuration"
+    )
+    flow = schemes["oauth2"]["oauth2SecurityScheme"]["flows"]["clientCredentials"]
+    assert flow["tokenUrl"] == "https://idp.example/oauth2/token"
+    assert sorted(flow["scopes"]) == ["openid", "orrery.a2a"]
+    assert card["securityRequirements"][:2] == [
+        {"schemes": {"oidc": {"list": ["orrery.a2a", "openid"]}}},
+        {"schemes": {"oauth2": {"list": ["orrery.a2a", "openid"]}}},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("env", "problem"),
+    [
+        (
+            {
+                "ORRERY_A2A_OIDC_DISCOVERY_URL": "https://idp.example/.well-known/openid-configuration"
+            },
+            "ORRERY_A2A_TOKEN_SCOPES: name the scopes a client requests",
+        ),
+        (
+            {
+                "ORRERY_A2A_OAUTH_TOKEN_URL": "http://idp.example/token",
+                "ORRERY_A2A_TOKEN_SCOPES": "a",
+            },
+            "ORRERY_A2A_OAUTH_TOKEN_URL: must be https outside loopback",
+        ),
+        (
+            {"ORRERY_A2A_OIDC_DISCOVERY_URL": "idp.example", "ORRERY_A2A_TOKEN_SCOPES": "a"},
+            "ORRERY_A2A_OIDC_DISCOVERY_URL: expected an absolute https URL",
+        ),
+        ({"ORRERY_A2A_TOKEN_SCOPES": 'bad"scope'}, "ORRERY_A2A_TOKEN_SCOPES: not OAuth scope"),
+        ({"ORRERY_A2A_ROLE_AUTONOMY": "admin=L9"}, "ORRERY_A2A_ROLE_AUTONOMY: expected role="),
+    ],
+)
+def test_a_token_source_clients_cannot_use_is_refused(env: dict[str, str], problem: str) -> None:
+    """Bad card settings stop start-up with the variable named."""
+    from runtime.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        settings_for("http://127.0.0.1:1", env)
+    assert problem in str(refused.value)
 
 
 async def test_public_card_has_no_specialists(server: Server) -> None:

@@ -17,7 +17,7 @@ import jwt
 import pytest
 
 from stack import cli
-from stack.state import ISSUER_KEY_FILE, STATE_FILE, pid_alive
+from stack.state import CARD_KEY_FILE, ISSUER_KEY_FILE, STATE_FILE, pid_alive
 from tests.processes import descendants, port_free, wait_gone
 from tests.stack.conftest import LocalStackRun, cli_argv
 
@@ -80,7 +80,7 @@ def test_state_is_private_and_names_the_stack(stack_run: LocalStackRun) -> None:
     assert state["url"] == stack_run.url
     assert state["pid"] == stack_run.process.pid
     assert (stack_run.state_dir.stat().st_mode & 0o777) == 0o700
-    for name in (STATE_FILE, ISSUER_KEY_FILE):
+    for name in (STATE_FILE, ISSUER_KEY_FILE, CARD_KEY_FILE):
         assert ((stack_run.state_dir / name).stat().st_mode & 0o777) == 0o600
 
 
@@ -255,6 +255,7 @@ def test_ctrl_c_stops_every_component_and_removes_the_secrets(state_dir: Path) -
     assert not [name for name, pid in pids.items() if pid_alive(pid)]
     assert not (state_dir / STATE_FILE).exists()
     assert not (state_dir / ISSUER_KEY_FILE).exists()
+    assert not (state_dir / CARD_KEY_FILE).exists()
     assert (state_dir / "logs" / "envoy.log").exists()
 
 
