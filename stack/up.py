@@ -14,10 +14,13 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import re
 import shlex
+import shutil
 import signal
 import socket
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +62,10 @@ from stack.wiring import (
     child_env,
 )
 
+LOGS_DIR = "logs"
+LATEST_LOGS = "latest"  # a symlink to the newest run's log directory
+KEEP_RUNS = 10  # log directories of earlier runs kept, newest first
+_RUN_ID = re.compile(r"\d{8}T\d{6}Z-\d+")
 ENVOY_CONFIG_FILE = "envoy.yaml"
 ENVOY_ADMIN_FILE = "envoy-admin.txt"
 LOCK_FILE = "up.lock"
@@ -92,6 +99,36 @@ def free_port(host: str) -> int:
         probe.bind((host, 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def run_log_dir(state_dir: Path) -> Path:
+    """This run's own log directory, `logs/<UTC start>-<pid>`: a failure excerpt then shows only
+    this run, and names sort in start order."""
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+    return state_dir / LOGS_DIR / run_id
+
+
+def keep_recent_runs(logs: Path, keep: int = KEEP_RUNS) -> None:
+    """Delete all but the `keep` newest run directories (only names `up` made; anything else in
+    `logs/` is left alone), so logs stay bounded however often the stack starts."""
+    try:
+        runs = sorted(
+            (entry for entry in logs.iterdir() if _RUN_ID.fullmatch(entry.name)),
+            key=lambda entry: entry.name,
+        )
+    except FileNotFoundError:
+        return
+    for old in runs[: max(0, len(runs) - keep)]:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def point_latest_at(log_dir: Path) -> None:
+    """`logs/latest` → this run's directory (relative, so the state directory may move)."""
+    latest = log_dir.parent / LATEST_LOGS
+    with contextlib.suppress(FileNotFoundError):
+        latest.unlink()
+    latest.symlink_to(log_dir.name, target_is_directory=True)
 
 
 @contextlib.contextmanager
@@ -163,7 +200,7 @@ class LocalStack:
         self.inherited = inherited
         self.out = out
         self.state_dir = settings.state_dir
-        self.supervisor = Supervisor(settings.state_dir / "logs")
+        self.supervisor = Supervisor(run_log_dir(settings.state_dir))
 
     def say(self, line: str = "") -> None:
         # After SIGHUP the terminal may be gone; stopping the stack matters more than saying so.
@@ -324,6 +361,10 @@ class LocalStack:
         or a component's death (1)."""
         self.say(f"orrery-a2a up: starting the local stack (state in {self.state_dir})")
         self.cleanup()  # whatever a killed earlier run left behind
+        log_dir = self.supervisor.log_dir
+        keep_recent_runs(log_dir.parent, KEEP_RUNS - 1)  # and this run's makes KEEP_RUNS
+        log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        point_latest_at(log_dir)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in STOP_SIGNALS:
