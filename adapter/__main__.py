@@ -20,13 +20,15 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from adapter.app import bind, make_app, start
 from adapter.errors import GatewayLoadError
+from adapter.gateway import gateway_factory
 from adapter.settings import AdapterSettings
 from runtime import logs
 from runtime.addresses import format_address
+from runtime.checks import report
 from runtime.errors import ConfigError
 from runtime.serving import cannot_listen, log_serving, log_startup_failed
 from runtime.version import version
@@ -41,7 +43,7 @@ The usual others: ORRERY_A2A_ADAPTER_ADDR (127.0.0.1:8081), ORRERY_A2A_PUBLIC_UR
 ORRERY_A2A_CARD_SIGNING_KEYS, ORRERY_A2A_GATEWAY, DATABASE_URL, ORRERY_A2A_REDIS_URL.
 
 exit codes: 0 after a clean stop, 1 cannot listen (a `startup_failed` event names the variable),
-2 bad configuration (one message naming every bad variable)."""
+2 bad configuration (one message naming every bad variable). `check` exits 0 or 2."""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -53,7 +55,30 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    check_cmd = commands.add_parser(
+        "check",
+        help="check the environment as a start would (every problem at once; exit 0 or 2),"
+        " without listening or connecting anywhere",
+    )
+    check_cmd.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return parser.parse_args(argv)
+
+
+def check(env: Mapping[str, str]) -> list[str]:
+    """Every problem a start would meet before serving: the settings, and the gateway's
+    `module:factory` (imported, not built: building may open connections)."""
+    problems: list[str] = []
+    try:
+        settings = AdapterSettings.from_env(env)
+    except ConfigError as exc:
+        problems += exc.problems
+    else:
+        try:
+            gateway_factory(settings.gateway)
+        except GatewayLoadError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 async def serve(settings: AdapterSettings) -> None:
@@ -81,7 +106,9 @@ async def serve(settings: AdapterSettings) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parse_args(argv)  # --help and --version answer before any configuration is read
+    args = parse_args(argv)  # --help and --version answer before any configuration is read
+    if args.command == "check":
+        return report("adapter", check(os.environ), as_json=args.json)
     try:
         settings = AdapterSettings.from_env(os.environ)
     except ConfigError as exc:

@@ -1,6 +1,7 @@
 """`orrery-a2a`: run the local stack and talk to it.
 
     orrery-a2a up                     Envoy, authz, adapter and the dev issuer until Ctrl-C
+    orrery-a2a check                  every problem `up` would meet, before starting anything
     orrery-a2a token [--kind K]       a dev token from the running stack's issuer
     orrery-a2a ask "…"                a message through Envoy with the a2a-sdk client
     orrery-a2a approve ACTION_ID      decide a pending action as the human (--deny to refuse)
@@ -121,6 +122,28 @@ def _credential_options(parser: argparse.ArgumentParser, minted: str) -> None:
     )
 
 
+def _stack_options(parser: argparse.ArgumentParser) -> None:
+    """The options of `up` and `check`: each the variable it stands for (the flag wins)."""
+    for variable, (flag, default) in ADDRESSES.items():
+        parser.add_argument(
+            flag, dest=variable, metavar="HOST:PORT", help=f"{variable} ({default})"
+        )
+    parser.add_argument(
+        "--replicas",
+        dest="ORRERY_A2A_REPLICAS",
+        metavar="N",
+        help="authz and adapter processes behind Envoy (ORRERY_A2A_REPLICAS; 1); more than one"
+        " needs DATABASE_URL and ORRERY_A2A_REDIS_URL",
+    )
+    parser.add_argument(
+        "--envoy-config",
+        dest="ORRERY_A2A_ENVOY_CONFIG",
+        metavar="PATH",
+        help="the Envoy bootstrap to render (ORRERY_A2A_ENVOY_CONFIG; envoy/envoy.yaml)",
+    )
+    _state_option(parser)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="orrery-a2a",
@@ -130,23 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    up = commands.add_parser("up", help="run the local stack until Ctrl-C")
-    for variable, (flag, default) in ADDRESSES.items():
-        up.add_argument(flag, dest=variable, metavar="HOST:PORT", help=f"{variable} ({default})")
-    up.add_argument(
-        "--replicas",
-        dest="ORRERY_A2A_REPLICAS",
-        metavar="N",
-        help="authz and adapter processes behind Envoy (ORRERY_A2A_REPLICAS; 1); more than one"
-        " needs DATABASE_URL and ORRERY_A2A_REDIS_URL",
+    up = commands.add_parser("up", help="check, then run the local stack until Ctrl-C")
+    _stack_options(up)
+    check_cmd = commands.add_parser(
+        "check",
+        help="check the stack's, authz's and the adapter's environment and the Envoy bootstrap,"
+        " as `up` would start them; list every problem (exit 0 or 2), start nothing",
     )
-    up.add_argument(
-        "--envoy-config",
-        dest="ORRERY_A2A_ENVOY_CONFIG",
-        metavar="PATH",
-        help="the Envoy bootstrap to render (ORRERY_A2A_ENVOY_CONFIG; envoy/envoy.yaml)",
-    )
-    _state_option(up)
+    _stack_options(check_cmd)
 
     token = commands.add_parser("token", help="print a dev token from the running stack")
     token.add_argument(
@@ -268,9 +282,33 @@ def _target(args: argparse.Namespace, env: Mapping[str, str], kind: TokenKind) -
     return (args.url or state.url).rstrip("/"), token
 
 
+def _check(env: Mapping[str, str]) -> list[str] | None:
+    """The lines `check` prints, or None when there is no problem."""
+    from stack.check import check_stack, render
+
+    problems = asyncio.run(check_stack(env))
+    return render(problems) if problems else None
+
+
+def _cmd_check(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    from stack.check import render
+
+    lines = _check(env) or render([])
+    print("\n".join(lines))
+    return 2 if len(lines) > 1 else 0
+
+
 def _cmd_up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """`check` first: a stack that cannot work never half-starts."""
     from stack.up import run_up
 
+    problems = _check(env)
+    if problems is not None:
+        print(
+            "\n".join(line.replace("orrery-a2a check:", "orrery-a2a up:", 1) for line in problems),
+            file=sys.stderr,
+        )
+        return 2
     return run_up(StackSettings.from_env(env), env, sys.stdout)
 
 
@@ -331,6 +369,7 @@ def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 COMMANDS = {
     "up": _cmd_up,
+    "check": _cmd_check,
     "token": _cmd_token,
     "ask": _cmd_ask,
     "approve": _cmd_approve,
@@ -349,7 +388,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except (StackError, envoy_config.EnvoyConfigError) as exc:
         # For up and envoy-config these are set-up problems (2); otherwise the request failed (1).
         print(f"orrery-a2a {args.command}: {redact(str(exc))}", file=sys.stderr)
-        return 2 if args.command in {"up", "envoy-config"} else 1
+        return 2 if args.command in {"up", "check", "envoy-config"} else 1
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from runtime.addresses import Address
 from runtime.env import EnvReader
+from runtime.errors import ConfigError
 from stack.addresses import NotLoopback, require_loopback
 from stack.envoy_config import repo_config_path
 from stack.state import default_state_dir
@@ -52,6 +53,15 @@ class StackSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StackSettings:
         """Build from the environment (flags already folded in); one error names every problem."""
+        settings, problems = cls.read(env)
+        if problems:
+            raise ConfigError(problems)
+        return settings
+
+    @classmethod
+    def read(cls, env: Mapping[str, str]) -> tuple[StackSettings, list[str]]:
+        """The settings, with a fallback for every bad variable, and the problems: `check` goes
+        on to check the components with what it could read."""
         reader = EnvReader(env)
         address = {name: reader.address(name, default) for name, (_, default) in ADDRESSES.items()}
         try:
@@ -75,5 +85,4 @@ class StackSettings:
             public_url=reader.raw("ORRERY_A2A_PUBLIC_URL") or None,
             card_signing_keys=reader.raw("ORRERY_A2A_CARD_SIGNING_KEYS") or None,
         )
-        reader.finish()
-        return settings
+        return settings, reader.problems

@@ -306,17 +306,28 @@ def test_a_component_that_dies_stops_the_stack_and_is_named(state_dir: Path) -> 
     assert not [name for name, pid in pids.items() if pid_alive(pid)]
 
 
-def test_a_component_that_fails_to_start_is_named_with_its_log(state_dir: Path) -> None:
-    """authz refusing its configuration (exit 2): named, its message shown, the issuer stopped."""
-    run = LocalStackRun.start(state_dir, {"ORRERY_A2A_RATE_LIMIT": "often"})
-    assert run.finish() == 1
+def test_up_checks_every_component_before_starting_anything(state_dir: Path) -> None:
+    """Bad variables of authz and the adapter, and replicas without shared stores: `up` lists
+    every problem at once, exits 2, and starts nothing (no component, no log directory)."""
+    run = LocalStackRun.start(
+        state_dir,
+        {
+            "ORRERY_A2A_RATE_LIMIT": "often",
+            "ORRERY_A2A_MAX_IN_FLIGHT": "0",
+            "ORRERY_A2A_REPLICAS": "2",
+            "DATABASE_URL": "",
+            "ORRERY_A2A_REDIS_URL": "",
+        },
+    )
+    assert run.finish() == 2
     text = "\n".join(run.lines)
-    assert "  authz    FAILED  exited with code 2 before it was ready" in text
-    assert "|   ORRERY_A2A_RATE_LIMIT: expected a rate like 60/minute got 'often'" in text
-    assert list(run.components) == ["issuer"]
-    (_, issuer_pid) = run.components["issuer"]
-    assert not pid_alive(issuer_pid)
-    assert run.lines[-1] == "orrery-a2a up: stopped authz (exited with code 2), issuer"
+    assert "orrery-a2a up: 4 problem(s); nothing was started" in text
+    assert "  authz:   ORRERY_A2A_RATE_LIMIT: expected a rate like 60/minute got 'often'" in text
+    assert "  adapter: ORRERY_A2A_MAX_IN_FLIGHT: must be at least 1" in text
+    assert "  adapter: DATABASE_URL: ORRERY_MULTI_REPLICA=true needs a shared store" in text
+    assert "  adapter: ORRERY_A2A_REDIS_URL: ORRERY_MULTI_REPLICA=true needs" in text
+    assert run.components == {}
+    assert not (state_dir / "logs").exists()
 
 
 def test_up_refuses_a_non_loopback_issuer(
