@@ -1,6 +1,7 @@
 """`python -m authz [--workers N]` — serve Check until SIGTERM/SIGINT, then exit 0.
 
-`python -m authz check` checks the environment without serving (`runtime.checks`).
+`python -m authz check` checks the environment without serving (`runtime.checks`);
+`python -m authz explain [TOKEN]` says what authz would decide for a token (`authz.explain`).
 
 Exit codes: 0 after a clean stop, 2 for bad configuration (one message naming every bad
 variable), 1 when the service cannot run (address in use, a worker died).
@@ -23,6 +24,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from authz import explain
 from authz.jwks import JwksError, parse_jwks
 from authz.server import Bound, configure_logging, process_logger, run
 from authz.settings import AuthzSettings
@@ -47,6 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
         " without listening or fetching anything",
     )
     check_cmd.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    explain_cmd = commands.add_parser(
+        "explain",
+        help="what authz would decide for a token on each surface, and why (offline, with the"
+        " configured JWKS)",
+    )
+    explain_cmd.add_argument(
+        "token",
+        nargs="?",
+        metavar="TOKEN",
+        help="`-` or absent: stdin or ORRERY_A2A_TOKEN (a token given here is visible in `ps`)",
+    )
+    explain_cmd.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return parser
 
 
@@ -54,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "check":
         return report("authz", check(os.environ, args.workers), as_json=args.json)
+    if args.command == "explain":
+        return _explain(args)
     try:
         settings = load_settings(os.environ, args.workers)
     except ConfigError as exc:
@@ -93,6 +109,15 @@ def load_settings(env: Mapping[str, str], workers: int) -> AuthzSettings:
     if problems or settings is None:
         raise ConfigError(problems)
     return settings
+
+
+def _explain(args: argparse.Namespace) -> int:
+    logs.configure("WARNING")  # a JWKS that does not load is worth a line on stderr
+    try:
+        return explain.run(args, os.environ, sys.stdin, sys.stdout)
+    except (ConfigError, explain.NoToken) as exc:
+        explain.write_error(str(exc))
+        return 2
 
 
 def check(env: Mapping[str, str], workers: int) -> list[str]:

@@ -5,6 +5,7 @@
     orrery-a2a token [--kind K]       a dev token from the running stack's issuer
     orrery-a2a ask "…"                a message through Envoy with the a2a-sdk client
     orrery-a2a approve ACTION_ID      decide a pending action as the human (--deny to refuse)
+    orrery-a2a explain [TOKEN]        what authz would decide for a token, and why
     orrery-a2a envoy-config           render envoy/envoy.yaml for other addresses (compose)
 
 Exit codes: 0 success, 1 the operation failed (a component died, a request was refused),
@@ -66,6 +67,7 @@ def _state_option(parser: argparse.ArgumentParser) -> None:
 
 
 TOKEN_VARIABLE = "ORRERY_A2A_TOKEN"  # noqa: S105 - the variable's name, not a secret
+STDIN = "-"
 # A compact JWS (three base64url segments): what an error message must never echo.
 _JWS = re.compile(r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+")
 
@@ -216,6 +218,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _state_option(approve_cmd)
 
+    explain_cmd = commands.add_parser(
+        "explain",
+        help="what authz would decide for a token on each surface, and why: the running stack's"
+        " authz configuration, offline (`python -m authz explain` in production)",
+    )
+    explain_cmd.add_argument(
+        "token",
+        nargs="?",
+        metavar="TOKEN",
+        help=f"`-` or absent: stdin or {TOKEN_VARIABLE} (a token given here is visible in `ps`)",
+    )
+    explain_cmd.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    _state_option(explain_cmd)
+
     render_cmd = commands.add_parser(
         "envoy-config", help="render the Envoy bootstrap with other addresses"
     )
@@ -350,6 +366,32 @@ def _cmd_approve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return 0
 
 
+def _cmd_explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """`python -m authz explain` with the running stack's authz configuration: the stack never
+    imports authz (tests/test_layering.py), it runs authz's own explanation. The token reaches
+    it by stdin or the environment, never by argv."""
+    import subprocess
+
+    from stack.keys import new_assertion_keys
+    from stack.wiring import Wiring, authz_env, child_env
+
+    state = StackState.load(default_state_dir(env))
+    wiring = Wiring(state.issuer, new_assertion_keys(), public_url=f"{state.url}/a2a")
+    child = child_env(env, authz_env(StackSettings.from_env(env), wiring))
+    child |= {
+        "ORRERY_A2A_JWT_AUDIENCE": state.audience,
+        "ORRERY_CONSOLE_JWT_AUDIENCE": state.console_audience,
+    }
+    argv = [sys.executable, "-m", "authz", "explain", *(["--json"] if args.json else [])]
+    given: str | None = args.token
+    from_stdin = given == STDIN
+    if from_stdin:
+        argv.append(STDIN)
+    elif given or env.get(TOKEN_VARIABLE):
+        child[TOKEN_VARIABLE] = given or env[TOKEN_VARIABLE]
+    return subprocess.run(argv, env=child, check=False).returncode  # noqa: S603 - our authz
+
+
 def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     rendered = envoy_config.render(
         envoy_config.load(args.source),
@@ -373,6 +415,7 @@ COMMANDS = {
     "token": _cmd_token,
     "ask": _cmd_ask,
     "approve": _cmd_approve,
+    "explain": _cmd_explain,
     "envoy-config": _cmd_envoy_config,
 }
 

@@ -182,6 +182,38 @@ def test_a_refused_token_is_explained_but_never_printed(stack_run: LocalStackRun
     assert token not in result.stdout + result.stderr
 
 
+def test_explain_answers_for_the_running_stacks_authz(stack_run: LocalStackRun) -> None:
+    """`orrery-a2a explain -` with a token on stdin (as `token` prints it): authz's decision on
+    each surface with the stack's issuer and audiences; the token itself is never printed."""
+    token = _token(stack_run, "--kind", "human")
+    result = subprocess.run(
+        cli_argv("explain", "-"),
+        env=stack_run.env,
+        input=token,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "approvals: allow 200 ok" in result.stdout
+    assert "principal human dev-user (client dev-console), role admin, autonomy L3" in result.stdout
+    assert "a2a:       deny 401 token_invalid" in result.stdout
+    assert token not in result.stdout + result.stderr
+    delegated = _token(stack_run)
+    from_env = subprocess.run(
+        cli_argv("explain", "--json"),
+        env={**stack_run.env, "ORRERY_A2A_TOKEN": delegated},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert from_env.returncode == 0, from_env.stderr
+    surfaces = json.loads(from_env.stdout)["surfaces"]
+    assert surfaces[0]["principal"]["key"] == "delegated:dev-agent-client:dev-agent:dev-user"
+
+
 def test_ask_prints_the_reply(stack_run: LocalStackRun, capsys: pytest.CaptureFixture[str]) -> None:
     """`ask` (in process) answers as the delegated dev principal; the hint goes to stderr."""
     assert cli.main(["ask", "is checkout healthy?"], env=stack_run.env) == 0
