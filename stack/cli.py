@@ -68,8 +68,9 @@ def _state_option(parser: argparse.ArgumentParser) -> None:
 
 TOKEN_VARIABLE = "ORRERY_A2A_TOKEN"  # noqa: S105 - the variable's name, not a secret
 STDIN = "-"
-# A compact JWS (three base64url segments): what an error message must never echo.
-_JWS = re.compile(r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+")
+# A compact JWS: three base64url segments, the first a JSON object (`{"` encodes as `eyJ`). What
+# an error message must never echo; host names and versions do not match.
+_JWS = re.compile(r"eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 
 
 def redact(text: str) -> str:

@@ -143,6 +143,7 @@ def test_a_token_in_the_wrong_place_is_not_echoed(capsys: pytest.CaptureFixture[
 def test_a_failure_message_never_echoes_a_token(capsys: pytest.CaptureFixture[str]) -> None:
     """An unreadable token file is reported by its path, never by what it held."""
     assert cli.redact(f"cannot use {FAKE_TOKEN} here") == "cannot use [redacted token] here"
+    assert cli.redact("https://idp.example.com/v1.2.3") == "https://idp.example.com/v1.2.3"
     code = cli.main(["ask", "hi", "--token-file", "/nonexistent/token"], env={})
     assert code == 1
     assert "cannot read a token from /nonexistent/token" in capsys.readouterr().err
