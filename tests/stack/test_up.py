@@ -333,7 +333,8 @@ def test_a_component_that_dies_stops_the_stack_and_is_named(state_dir: Path) -> 
     assert run.finish() == 1
     text = "\n".join(run.lines)
     assert "orrery-a2a up: authz was killed by SIGKILL; stopping the stack" in text
-    assert f"           full log: {state_dir / 'logs' / 'authz.log'}" in text
+    run_logs = (state_dir / "logs" / "latest").resolve()
+    assert f"           full log: {run_logs / 'authz.log'}" in text
     assert '"event":"serving"' in text  # the end of authz's log is shown
     assert not [name for name, pid in pids.items() if pid_alive(pid)]
 
