@@ -28,7 +28,7 @@ from adapter.gateway import gateway_factory
 from adapter.settings import AdapterSettings
 from runtime import logs
 from runtime.addresses import format_address
-from runtime.checks import report
+from runtime.checks import add_check_command, report
 from runtime.errors import ConfigError
 from runtime.serving import cannot_listen, log_serving, log_startup_failed
 from runtime.version import version
@@ -56,12 +56,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    check_cmd = commands.add_parser(
-        "check",
-        help="check the environment as a start would (every problem at once; exit 0 or 2),"
-        " without listening or connecting anywhere",
-    )
-    check_cmd.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    add_check_command(commands, untouched="listening or connecting anywhere")
     return parser.parse_args(argv)
 
 

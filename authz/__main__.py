@@ -30,7 +30,7 @@ from authz.server import Bound, configure_logging, process_logger, run
 from authz.settings import AuthzSettings
 from authz.workers import WorkerDied, run_workers
 from runtime import logs
-from runtime.checks import report
+from runtime.checks import add_check_command, report
 from runtime.errors import ConfigError
 from runtime.serving import log_serving, log_startup_failed
 from runtime.version import version
@@ -43,12 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    check_cmd = commands.add_parser(
-        "check",
-        help="check the environment as a start would (every problem at once; exit 0 or 2),"
-        " without listening or fetching anything",
-    )
-    check_cmd.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    add_check_command(commands, untouched="listening or fetching anything")
     explain_cmd = commands.add_parser(
         "explain",
         help="what authz would decide for a token on each surface, and why (offline, with the"

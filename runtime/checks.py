@@ -11,13 +11,25 @@ Exit 0 when there is no problem, 2 otherwise, like a start with bad configuratio
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 OK = 0
 PROBLEMS = 2
+
+
+def add_check_command(commands: Any, *, untouched: str) -> None:
+    """The `check [--json]` subcommand, as every component has it (`commands` is the parser's
+    `add_subparsers()`); `untouched` says what the check leaves alone."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "check",
+        help="check the environment as a start would (every problem at once; exit 0 or 2),"
+        f" without {untouched}",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
 
 
 def report(

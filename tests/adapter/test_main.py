@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-from importlib.metadata import version
 from typing import Any
 
 import httpx
@@ -215,15 +214,3 @@ def test_help_needs_no_configuration(flag: str) -> None:
     assert result.stdout.startswith("usage: python -m adapter")
     assert "ORRERY_A2A_ASSERTION_KEYS" in result.stdout
     assert "docs/contract.md#adapter-variables" in result.stdout
-
-
-def test_version_is_the_package_version() -> None:
-    """`python -m adapter --version` prints the installed distribution's version."""
-    result = subprocess.run(
-        [sys.executable, "-m", "adapter", "--version"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert (result.returncode, result.stdout) == (0, f"python -m adapter {version(DIST)}\n")

@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -153,23 +152,6 @@ def test_a_taken_metrics_address_names_its_variable(
         assert str(port) in failure["error"]
         assert "Address already in use" in failure["error"]
         assert process.finish() == 1
-
-
-def test_version_is_the_package_version() -> None:
-    """`python -m authz --version` prints the installed distribution's version, exit 0."""
-    from importlib.metadata import version
-
-    result = subprocess.run(
-        [sys.executable, "-m", "authz", "--version"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert (result.returncode, result.stdout) == (
-        0,
-        f"python -m authz {version('orrery-a2a-edge')}\n",
-    )
 
 
 def test_workers_share_one_port_and_one_metrics_endpoint(

@@ -35,10 +35,19 @@ SEND = {
 HEALTH = "Service health — checkout: degraded; inventory: down; payments: healthy; search: healthy."
 
 
-def _orrery(run: LocalStackRun, *args: str) -> subprocess.CompletedProcess[str]:
-    """`orrery-a2a ARGS…` as a separate process talking to `run`'s stack."""
+def _orrery(
+    run: LocalStackRun, *args: str, env: dict[str, str] | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """`orrery-a2a ARGS…` as a separate process talking to `run`'s stack (with `env` added to
+    its environment and `stdin` as its input)."""
     return subprocess.run(
-        cli_argv(*args), env=run.env, capture_output=True, text=True, check=False, timeout=120
+        cli_argv(*args),
+        env={**run.env, **(env or {})},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
 
 
@@ -150,17 +159,10 @@ def test_ask_takes_its_token_from_stdin_or_the_environment(stack_run: LocalStack
     for source in ("stdin", "env"):
         client = f"given-{source}"
         token = _token(stack_run, "--kind", "service", "--client-id", client)
-        env = {**stack_run.env, **({"ORRERY_A2A_TOKEN": token} if source == "env" else {})}
-        argv = ["ask", "is search up?", *(["--token-file", "-"] if source == "stdin" else [])]
-        result = subprocess.run(
-            cli_argv(*argv),
-            env=env,
-            input=token + "\n" if source == "stdin" else "",
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-        )
+        if source == "stdin":
+            result = _orrery(stack_run, "ask", "is search up?", "--token-file", "-", stdin=token)
+        else:
+            result = _orrery(stack_run, "ask", "is search up?", env={"ORRERY_A2A_TOKEN": token})
         assert result.returncode == 0, result.stderr
         assert _adapter_event(stack_run, f"service:{client}::{client}")["outcome"] == "ok"
 
@@ -169,14 +171,7 @@ def test_a_refused_token_is_explained_but_never_printed(stack_run: LocalStackRun
     """A token authz refuses (here: for the console audience, on /a2a): `ask` prints authz's
     status and reason code, exits 1, and the token appears nowhere in its output."""
     token = _token(stack_run, "--kind", "human")
-    result = subprocess.run(
-        cli_argv("ask", "is search up?"),
-        env={**stack_run.env, "ORRERY_A2A_TOKEN": token},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    result = _orrery(stack_run, "ask", "is search up?", env={"ORRERY_A2A_TOKEN": token})
     assert result.returncode == 1
     assert "answered 401 token_invalid" in result.stderr
     assert token not in result.stdout + result.stderr
@@ -186,29 +181,14 @@ def test_explain_answers_for_the_running_stacks_authz(stack_run: LocalStackRun) 
     """`orrery-a2a explain -` with a token on stdin (as `token` prints it): authz's decision on
     each surface with the stack's issuer and audiences; the token itself is never printed."""
     token = _token(stack_run, "--kind", "human")
-    result = subprocess.run(
-        cli_argv("explain", "-"),
-        env=stack_run.env,
-        input=token,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    result = _orrery(stack_run, "explain", "-", stdin=token)
     assert result.returncode == 0, result.stderr
     assert "approvals: allow 200 ok" in result.stdout
     assert "principal human dev-user (client dev-console), role admin, autonomy L3" in result.stdout
     assert "a2a:       deny 401 token_invalid" in result.stdout
     assert token not in result.stdout + result.stderr
     delegated = _token(stack_run)
-    from_env = subprocess.run(
-        cli_argv("explain", "--json"),
-        env={**stack_run.env, "ORRERY_A2A_TOKEN": delegated},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    from_env = _orrery(stack_run, "explain", "--json", env={"ORRERY_A2A_TOKEN": delegated})
     assert from_env.returncode == 0, from_env.stderr
     surfaces = json.loads(from_env.stdout)["surfaces"]
     assert surfaces[0]["principal"]["key"] == "delegated:dev-agent-client:dev-agent:dev-user"
