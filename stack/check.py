@@ -165,10 +165,10 @@ async def check_stack(env: Mapping[str, str]) -> list[Problem]:
     return problems
 
 
-def render(problems: list[Problem]) -> list[str]:
+def render(problems: list[Problem], command: str = "check") -> list[str]:
     """What `check` (and `up`, when it refuses to start) prints."""
     if not problems:
-        return [f"orrery-a2a check: ok ({', '.join(COMPONENTS)})"]
-    lines = [f"orrery-a2a check: {len(problems)} problem(s); nothing was started"]
+        return [f"orrery-a2a {command}: ok ({', '.join(COMPONENTS)})"]
+    lines = [f"orrery-a2a {command}: {len(problems)} problem(s); nothing was started"]
     lines += [f"  {problem.component + ':':<9}{problem.text}" for problem in problems]
     return lines

@@ -299,32 +299,27 @@ def _target(args: argparse.Namespace, env: Mapping[str, str], kind: TokenKind) -
     return (args.url or state.url).rstrip("/"), token
 
 
-def _check(env: Mapping[str, str]) -> list[str] | None:
-    """The lines `check` prints, or None when there is no problem."""
+def _checked(env: Mapping[str, str], command: str) -> tuple[bool, list[str]]:
+    """Whether `check` found nothing, and the lines it prints."""
     from stack.check import check_stack, render
 
     problems = asyncio.run(check_stack(env))
-    return render(problems) if problems else None
+    return not problems, render(problems, command)
 
 
 def _cmd_check(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    from stack.check import render
-
-    lines = _check(env) or render([])
+    ok, lines = _checked(env, "check")
     print("\n".join(lines))
-    return 2 if len(lines) > 1 else 0
+    return 0 if ok else 2
 
 
 def _cmd_up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     """`check` first: a stack that cannot work never half-starts."""
     from stack.up import run_up
 
-    problems = _check(env)
-    if problems is not None:
-        print(
-            "\n".join(line.replace("orrery-a2a check:", "orrery-a2a up:", 1) for line in problems),
-            file=sys.stderr,
-        )
+    ok, lines = _checked(env, "up")
+    if not ok:
+        print("\n".join(lines), file=sys.stderr)
         return 2
     return run_up(StackSettings.from_env(env), env, sys.stdout)
 
