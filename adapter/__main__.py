@@ -1,7 +1,8 @@
 """`python -m adapter`: serve until SIGTERM/SIGINT, then drain and exit 0.
 
 Logs one JSON `serving` event with the bound address once ready (so a parent can start it on port
-0). Bad configuration prints the one `ConfigError` (naming every bad variable) and exits 2.
+0). Bad configuration prints the one `ConfigError` (naming every bad variable) and exits 2; an
+address it cannot listen on is one `startup_failed` event naming the variable, and exit 1.
 """
 
 from __future__ import annotations
@@ -14,24 +15,72 @@ import os
 # unless the operator sets the SDK's own switch explicitly. Must run before `a2a` is imported.
 os.environ.setdefault("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")
 
+import argparse
 import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Mapping, Sequence
 
 from adapter.app import bind, make_app, start
 from adapter.errors import GatewayLoadError
+from adapter.gateway import gateway_factory
 from adapter.settings import AdapterSettings
 from runtime import logs
 from runtime.addresses import format_address
+from runtime.checks import add_check_command, report
 from runtime.errors import ConfigError
-from runtime.serving import log_serving
+from runtime.serving import cannot_listen, log_serving, log_startup_failed
+from runtime.version import version
 
 logger = logging.getLogger("adapter")
 
 
+CONFIGURATION = """\
+configuration: environment variables only, every one listed with its default in
+docs/contract.md#adapter-variables. Required: ORRERY_A2A_ASSERTION_KEYS (the same keys as authz).
+The usual others: ORRERY_A2A_ADAPTER_ADDR (127.0.0.1:8081), ORRERY_A2A_PUBLIC_URL,
+ORRERY_A2A_CARD_SIGNING_KEYS, ORRERY_A2A_GATEWAY, DATABASE_URL, ORRERY_A2A_REDIS_URL.
+
+exit codes: 0 after a clean stop, 1 cannot listen (a `startup_failed` event names the variable),
+2 bad configuration (one message naming every bad variable). `check` exits 0 or 2."""
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m adapter",
+        description="The Orrery A2A adapter: A2A 1.0 JSON-RPC, agent cards and approvals behind"
+        " Envoy, until SIGTERM or SIGINT.",
+        epilog=CONFIGURATION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_check_command(commands, untouched="listening or connecting anywhere")
+    return parser.parse_args(argv)
+
+
+def check(env: Mapping[str, str]) -> list[str]:
+    """Every problem a start would meet before serving: the settings, and the gateway's
+    `module:factory` (imported, not built: building may open connections)."""
+    problems: list[str] = []
+    try:
+        settings = AdapterSettings.from_env(env)
+    except ConfigError as exc:
+        problems += exc.problems
+    else:
+        try:
+            gateway_factory(settings.gateway)
+        except GatewayLoadError as exc:
+            problems.append(str(exc))
+    return problems
+
+
 async def serve(settings: AdapterSettings) -> None:
-    sock = bind(*settings.addr)
+    try:
+        sock = bind(*settings.addr)
+    except OSError as exc:
+        raise cannot_listen("ORRERY_A2A_ADAPTER_ADDR", settings.addr, exc) from None
     host, port = sock.getsockname()[:2]
     app = await make_app(settings)
     runner = await start(app, sock, shutdown_timeout=settings.shutdown_grace + 5.0)
@@ -51,7 +100,10 @@ async def serve(settings: AdapterSettings) -> None:
     logs.event(logger, "stopped")
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)  # --help and --version answer before any configuration is read
+    if args.command == "check":
+        return report("adapter", check(os.environ), as_json=args.json)
     try:
         settings = AdapterSettings.from_env(os.environ)
     except ConfigError as exc:
@@ -63,6 +115,9 @@ def main() -> int:
     except (ConfigError, GatewayLoadError) as exc:
         print(exc, file=sys.stderr)
         return 2
+    except OSError as exc:
+        log_startup_failed(logger, exc)
+        return 1
     return 0
 
 

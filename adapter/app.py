@@ -1,6 +1,7 @@
 """The aiohttp application: wiring settings → stores, limiter, gateway, SDK handler, routes.
 
 Routes: `POST /a2a` and `/a2a/` (JSON-RPC), `GET /.well-known/agent-card.json` (public card),
+`GET /.well-known/jwks.json` (the keys that verify the cards' signatures),
 `GET|POST /approvals/{action_id}` (approvals surface), `GET /healthz` (liveness), `GET /readyz`
 (the stores and the limiter answer), `GET /metrics` (Prometheus).
 """
@@ -18,7 +19,8 @@ from aiohttp import web
 from opentelemetry import trace
 
 from adapter.approvals import ApprovalsEndpoint
-from adapter.card import PublicCardEndpoint, extended_card, public_card
+from adapter.card import JsonDocument, extended_card, public_card
+from adapter.card_signing import JWKS_PATH, CardSigner
 from adapter.dispatch import Dispatcher
 from adapter.executor import GatewayExecutor, TaskContextBuilder
 from adapter.gateway import AgentGateway, GatewayContext, load_gateway
@@ -41,10 +43,15 @@ logger = logging.getLogger("adapter")
 PARKED_TASK_RELEASE_SECONDS = 60.0
 
 
+def public_origin(public_url: str) -> str:
+    """The origin of `ORRERY_A2A_PUBLIC_URL`: where the edge's other routes are for clients."""
+    parts = urlsplit(public_url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 def approvals_base_url(public_url: str) -> str:
     """Origin of `ORRERY_A2A_PUBLIC_URL` + `/approvals` (docs/contract.md#approvals)."""
-    parts = urlsplit(public_url)
-    return f"{parts.scheme}://{parts.netloc}/approvals"
+    return public_origin(public_url) + "/approvals"
 
 
 AGENT = web.AppKey("agent", DefaultRequestHandler)
@@ -97,10 +104,11 @@ def _assemble(
     gateway: AgentGateway,
     tracer: trace.Tracer,
 ) -> web.Application:
-    card = public_card(settings.public_url)
+    signer = CardSigner(settings.card_signing_keys, public_origin(settings.public_url) + JWKS_PATH)
+    card = signer.sign(public_card(settings.public_url, settings.card_auth))
 
     async def live_extended_card(base: pb.AgentCard, context: ServerCallContext) -> pb.AgentCard:
-        return extended_card(base, await gateway.inventory())
+        return signer.sign(extended_card(base, await gateway.inventory()))
 
     metrics = Metrics()
     turns = Turns(limiter, metrics)
@@ -137,7 +145,8 @@ def _assemble(
     a2a = traced(tracer, "A2A", dispatcher.handle)
     app.router.add_post("/a2a", a2a)
     app.router.add_post("/a2a/", a2a)
-    app.router.add_get("/.well-known/agent-card.json", PublicCardEndpoint(card).handle)
+    app.router.add_get("/.well-known/agent-card.json", JsonDocument.card(card).handle)
+    app.router.add_get(JWKS_PATH, JsonDocument.of(signer.jwks).handle)
     app.router.add_post("/approvals/{action_id}", traced(tracer, "approvals", approvals.decide))
     app.router.add_get("/approvals/{action_id}", traced(tracer, "approvals", approvals.show))
     app.router.add_get("/healthz", probes.healthz)

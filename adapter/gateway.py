@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -156,14 +156,22 @@ def _redact_value(value: Any) -> Any:
     return REDACTED
 
 
-async def load_gateway(spec: str | None, context: GatewayContext) -> AgentGateway:
-    """Import `module:factory` (default: the demo gateway) and build the gateway."""
+def gateway_factory(spec: str | None) -> Callable[[GatewayContext], Any]:
+    """Import `module:factory` (default: the demo gateway); `GatewayLoadError` if it is not
+    there or not callable (also what `python -m adapter check` asks)."""
     module_name, _, factory_name = (spec or DEFAULT_GATEWAY).partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), factory_name)
     except (ImportError, AttributeError) as exc:
         raise GatewayLoadError(f"ORRERY_A2A_GATEWAY: cannot load {spec!r}: {exc}") from None
-    gateway = factory(context)
+    if not callable(factory):
+        raise GatewayLoadError(f"ORRERY_A2A_GATEWAY: {spec!r} is not callable")
+    return factory  # type: ignore[no-any-return]
+
+
+async def load_gateway(spec: str | None, context: GatewayContext) -> AgentGateway:
+    """Import `module:factory` (default: the demo gateway) and build the gateway."""
+    gateway = gateway_factory(spec)(context)
     if inspect.isawaitable(gateway):
         gateway = await gateway
     if not isinstance(gateway, AgentGateway):

@@ -12,7 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from adapter.card_signing import CardSigningKey, parse_key_files
 from contract.assertion import AssertionKeys
+from contract.identity import DEFAULT_ROLE_AUTONOMY, parse_role_autonomy
 from runtime.env import EnvReader, is_loopback_url
 
 DEFAULT_ADDR = "127.0.0.1:8081"
@@ -20,17 +22,89 @@ DEFAULT_PUBLIC_URL = "http://127.0.0.1:8080/a2a"
 DEFAULT_SCHEMA = "orrery_a2a"
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _GATEWAY = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+# RFC 6749 §3.3 scope-token: printable ASCII but space, `"` and `\`.
+_SCOPE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
+
+
+@dataclass(frozen=True, slots=True)
+class CardAuth:
+    """What the agent card says about getting in (docs/contract.md#agent-cards): the roles a
+    token needs one of, and where a token comes from when the operator names it."""
+
+    roles: tuple[str, ...]
+    oidc_discovery_url: str | None = None
+    oauth_token_url: str | None = None
+    scopes: tuple[str, ...] = ()
+
+
+PUBLIC_PATHS = ("/a2a", "/a2a/")
 
 
 def _public_url(text: str) -> str:
+    """The URL clients reach the edge's A2A endpoint at. Its path must be Envoy's `/a2a`: the
+    agent card, `approve_url` and the card keys' `jku` all hang off its origin, so a different
+    path (a proxy's prefix) would advertise URLs that lead nowhere."""
     parts = urlsplit(text)
+    if "@" in parts.netloc:
+        raise ValueError("must not carry credentials")  # and is not echoed: it holds one
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"expected an absolute http(s) URL, got {text!r}")
     if parts.scheme == "http" and not is_loopback_url(text):
         raise ValueError("must be https outside loopback")
     if parts.query or parts.fragment:
         raise ValueError("must not carry a query or fragment")
+    if parts.path not in PUBLIC_PATHS:
+        raise ValueError(
+            f"its path must be /a2a, got {parts.path or '/'!r} (the edge serves A2A at /a2a; the"
+            " agent card and approval URLs hang off the URL's origin)"
+        )
     return text
+
+
+def _idp_url(text: str) -> str:
+    """An identity provider's URL the card names: https (plain http only on loopback)."""
+    parts = urlsplit(text)
+    if "@" in parts.netloc:
+        raise ValueError("must not carry credentials")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected an absolute https URL, got {text!r}")
+    if parts.scheme == "http" and not is_loopback_url(text):
+        raise ValueError("must be https outside loopback")
+    if parts.fragment:
+        raise ValueError("must not carry a fragment")
+    return text
+
+
+def _scopes(text: str) -> tuple[str, ...]:
+    scopes = tuple(dict.fromkeys(text.split()))
+    bad = [scope for scope in scopes if not _SCOPE.fullmatch(scope)]
+    if bad:
+        raise ValueError(f"not OAuth scope tokens: {bad}")
+    return scopes
+
+
+def _card_auth(reader: EnvReader) -> CardAuth:
+    roles: tuple[tuple[str, str], ...] = reader.parsed(
+        "ORRERY_A2A_ROLE_AUTONOMY", DEFAULT_ROLE_AUTONOMY, parse_role_autonomy, ()
+    )
+    oidc = _optional(reader, "ORRERY_A2A_OIDC_DISCOVERY_URL", _idp_url)
+    token_url = _optional(reader, "ORRERY_A2A_OAUTH_TOKEN_URL", _idp_url)
+    no_scopes: tuple[str, ...] = ()
+    scopes = reader.parsed("ORRERY_A2A_TOKEN_SCOPES", "", _scopes, no_scopes)
+    if (oidc or token_url) and not scopes:
+        # The card's requirement lists them, and an empty list has no canonical form every
+        # verifier agrees on (adapter/card_signing.py).
+        reader.problem(
+            "ORRERY_A2A_TOKEN_SCOPES",
+            "name the scopes a client requests, with ORRERY_A2A_OIDC_DISCOVERY_URL or"
+            " ORRERY_A2A_OAUTH_TOKEN_URL",
+        )
+    return CardAuth(
+        roles=tuple(role for role, _ in roles),
+        oidc_discovery_url=oidc,
+        oauth_token_url=token_url,
+        scopes=scopes,
+    )
 
 
 def _database_url(text: str) -> str:
@@ -83,6 +157,8 @@ class AdapterSettings:
     shutdown_grace: float
     sse_keepalive: float
     log_level: str
+    card_auth: CardAuth
+    card_signing_keys: tuple[CardSigningKey, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AdapterSettings:
@@ -131,6 +207,12 @@ class AdapterSettings:
             # a stream that waits on a slow turn open. Well below any proxy's idle timeout.
             sse_keepalive=reader.seconds("ORRERY_A2A_SSE_KEEPALIVE", "15s", minimum=0.1),
             log_level=reader.log_level("ORRERY_A2A_LOG_LEVEL"),
+            card_auth=_card_auth(reader),
+            card_signing_keys=(
+                reader.parsed("ORRERY_A2A_CARD_SIGNING_KEYS", "", parse_key_files, ())
+                if reader.raw("ORRERY_A2A_CARD_SIGNING_KEYS")
+                else ()
+            ),
         )
         reader.finish()
         return settings

@@ -36,7 +36,8 @@ from authz.service import AuthorizationService
 from authz.settings import AuthzSettings
 from authz.tokens import TokenVerifier
 from runtime import logs
-from runtime.addresses import format_address, is_ipv6
+from runtime.addresses import address_family, format_address, is_ipv6
+from runtime.serving import CannotListen, cannot_listen
 
 AUTHZ_SERVICE = "envoy.service.auth.v3.Authorization"
 SHUTDOWN_GRACE_SECONDS = 5.0
@@ -72,6 +73,19 @@ def grpc_options(*, reuse_port: bool) -> list[tuple[str, int]]:
     ]
 
 
+def probe_bind(addr: tuple[str, int]) -> None:
+    """Bind and release `addr` once before gRPC does: a taken port then fails here, with the
+    system's reason and nothing else on stderr (gRPC's C core prints a non-JSON line of its own
+    when its bind fails). A worker sharing the port by SO_REUSEPORT skips this."""
+    host, port = addr
+    with socket.socket(address_family(host), socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise cannot_listen("ORRERY_A2A_AUTHZ_ADDR", addr, exc) from None
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         """Scrapes are not worth a log line each."""
@@ -84,9 +98,15 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
 
     @staticmethod
     def start(addr: tuple[str, int], registry: CollectorRegistry) -> MetricsServer:
+        """Serve on `addr` (`CannotListen` naming ORRERY_A2A_AUTHZ_METRICS_ADDR if taken)."""
         host, port = addr
         kind = _MetricsServer6 if is_ipv6(host) else MetricsServer
-        server = make_server(host, port, make_wsgi_app(registry), kind, handler_class=_QuietHandler)
+        try:
+            server = make_server(
+                host, port, make_wsgi_app(registry), kind, handler_class=_QuietHandler
+            )
+        except OSError as exc:
+            raise cannot_listen("ORRERY_A2A_AUTHZ_METRICS_ADDR", addr, exc) from None
         threading.Thread(
             target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         ).start()
@@ -168,10 +188,14 @@ async def serve(
     )
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     host, port = settings.addr
+    if not reuse_port:
+        probe_bind(settings.addr)
     try:
         port = server.add_insecure_port(format_address((host, port)))
-    except RuntimeError as exc:  # grpc reports a failed bind this way
-        raise OSError(f"cannot listen on {format_address(settings.addr)}") from exc
+    except RuntimeError as exc:  # grpc reports a failed bind this way, without the errno
+        raise CannotListen(
+            "ORRERY_A2A_AUTHZ_ADDR", settings.addr, "address in use or not available"
+        ) from exc
     metrics_server = None
     try:
         await server.start()

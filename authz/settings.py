@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from authz.principal import RoleRules
 from contract.assertion import AssertionKeys
-from contract.identity import AUTONOMY_LEVELS, Autonomy
+from contract.identity import DEFAULT_ROLE_AUTONOMY, parse_role_autonomy
 from runtime.env import EnvReader, is_loopback_url
 
 # Asymmetric JWS algorithms we can verify (RFC 7518 §3, RFC 8037). HMAC and `none` are absent on
@@ -32,8 +32,6 @@ LEEWAY_SECONDS = 60
 
 _PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 _RATE = re.compile(r"(\d+)\s*/\s*(second|minute|hour|day)s?")
-_ROLE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
-_LEVELS: dict[str, Autonomy] = {level: level for level in AUTONOMY_LEVELS}
 
 FailureMode = Literal["local", "deny"]
 
@@ -112,10 +110,7 @@ class AuthzSettings:
             roles=RoleRules(
                 claim=read.string("ORRERY_A2A_ROLE_CLAIM", "roles"),
                 autonomy=read.parsed(
-                    "ORRERY_A2A_ROLE_AUTONOMY",
-                    "viewer=L1,operator=L2,admin=L3",
-                    parse_role_autonomy,
-                    (),
+                    "ORRERY_A2A_ROLE_AUTONOMY", DEFAULT_ROLE_AUTONOMY, parse_role_autonomy, ()
                 ),
             ),
             assertion_keys=_assertion_keys(read),
@@ -220,17 +215,3 @@ def parse_rate(text: str) -> tuple[int, int]:
     if not match or int(match[1]) < 1:
         raise ValueError(f"expected a rate like 60/minute got {text!r}")
     return int(match[1]), _PERIODS[match[2]]
-
-
-def parse_role_autonomy(text: str) -> tuple[tuple[str, Autonomy], ...]:
-    """`viewer=L1,operator=L2,admin=L3` → ordered (role, level) pairs."""
-    pairs: list[tuple[str, Autonomy]] = []
-    for entry in (item.strip() for item in text.split(",")):
-        role, sep, level = (part.strip() for part in entry.partition("="))
-        autonomy = _LEVELS.get(level)
-        if not sep or not _ROLE.fullmatch(role) or autonomy is None:
-            raise ValueError(f"expected role=L1|L2|L3[,…], got {entry!r}")
-        if any(role == seen for seen, _ in pairs):
-            raise ValueError(f"role {role!r} is listed twice")
-        pairs.append((role, autonomy))
-    return tuple(pairs)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 import multiprocessing
 import os
 import select
@@ -40,7 +39,7 @@ from authz.settings import AuthzSettings
 from runtime import logs
 from runtime.addresses import format_address
 from runtime.lifecycle import die_with_parent
-from runtime.serving import log_serving
+from runtime.serving import log_serving, log_startup_failed
 
 WORKER_START_TIMEOUT = 60.0
 WORKER_STOP_TIMEOUT = 15.0
@@ -69,7 +68,7 @@ def worker_main(settings: AuthzSettings, conn: Connection, parent_pid: int) -> N
     try:
         asyncio.run(run(settings, ready, reuse_port=True, serve_metrics=False))
     except OSError as exc:
-        logs.event(process_logger, "startup_failed", logging.ERROR, error=str(exc))
+        log_startup_failed(process_logger, exc)
         sys.exit(1)
 
 

@@ -30,6 +30,27 @@ SURFACE_KINDS: Mapping[Surface, frozenset[str]] = {
 }
 
 
+# Which roles a token may carry, and the autonomy each gives (ORRERY_A2A_ROLE_AUTONOMY). authz
+# enforces it (no recognised role: 403 insufficient_scope); the adapter's card advertises it.
+DEFAULT_ROLE_AUTONOMY = "viewer=L1,operator=L2,admin=L3"
+_ROLE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+_LEVELS: Mapping[str, Autonomy] = {level: level for level in AUTONOMY_LEVELS}
+
+
+def parse_role_autonomy(text: str) -> tuple[tuple[str, Autonomy], ...]:
+    """`viewer=L1,operator=L2,admin=L3` → ordered (role, level) pairs."""
+    pairs: list[tuple[str, Autonomy]] = []
+    for entry in (item.strip() for item in text.split(",")):
+        role, sep, level = (part.strip() for part in entry.partition("="))
+        autonomy = _LEVELS.get(level)
+        if not sep or not _ROLE.fullmatch(role) or autonomy is None:
+            raise ValueError(f"expected role=L1|L2|L3[,…], got {entry!r}")
+        if any(role == seen for seen, _ in pairs):
+            raise ValueError(f"role {role!r} is listed twice")
+        pairs.append((role, autonomy))
+    return tuple(pairs)
+
+
 # C0 controls, DEL and C1 controls: never part of a real identifier, and NUL cannot even be stored
 # in PostgreSQL text, where the adapter keeps task owners and approval subjects.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

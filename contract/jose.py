@@ -9,7 +9,9 @@ non-standard constants `NaN` and `Infinity` that Python's `json` accepts by defa
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -56,3 +58,19 @@ def json_object_segment(segment: str) -> dict[str, Any] | None:
     except ValueError:  # bad base64 (binascii.Error), bad UTF-8, bad JSON, a duplicate member
         return None
     return value if isinstance(value, dict) else None
+
+
+# RFC 7638 §3.2: the members of a public JWK that its thumbprint covers, per key type.
+_THUMBPRINT_MEMBERS: Mapping[str, tuple[str, ...]] = {
+    "EC": ("crv", "kty", "x", "y"),
+    "OKP": ("crv", "kty", "x"),
+    "RSA": ("e", "kty", "n"),
+}
+
+
+def jwk_thumbprint(jwk: Mapping[str, Any]) -> str:
+    """The RFC 7638 SHA-256 thumbprint of a public JWK, base64url: a `kid` that names the key
+    itself, so it can never point at a different key than the one it was computed from."""
+    members = {name: jwk[name] for name in _THUMBPRINT_MEMBERS[jwk["kty"]]}
+    canonical = json.dumps(members, separators=(",", ":"), sort_keys=True).encode()
+    return b64url_encode(hashlib.sha256(canonical).digest())

@@ -22,13 +22,30 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str, ensure_ascii=Fal
 
 
 _LEVEL_NAMES = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warning"}
+# The second a cached `timestamp` prefix is for, and the prefix; one pair, replaced atomically.
+_SECOND: tuple[int, str] = (-1, "")
+
+
+def timestamp(created: float) -> str:
+    """RFC 3339 in UTC with microseconds, `2026-12-03T05:00:00.123456Z`: the format of every log
+    line of ours and of Envoy's access log (`%START_TIME(%Y-%m-%dT%H:%M:%S.%6fZ)%`), so lines of
+    all three sort and join as text. The date and time of day change once a second; they are
+    formatted once per second, the fraction per line (authz logs one event per Check)."""
+    global _SECOND  # noqa: PLW0603 - a one-entry cache, swapped as one tuple
+    second = int(created)
+    cached_second, prefix = _SECOND
+    if second != cached_second:
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _SECOND = (second, prefix)
+    micros = min(int((created - second) * 1_000_000), 999_999)
+    return f"{prefix}.{micros:06d}Z"
 
 
 def _line(
     created: float, level: int, logger: str, event: str, fields: Mapping[str, Any]
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "ts": round(created, 6),
+        "ts": timestamp(created),
         "level": _LEVEL_NAMES.get(level) or logging.getLevelName(level).lower(),
         "logger": logger,
         "event": event,

@@ -1,9 +1,11 @@
 """`orrery-a2a`: run the local stack and talk to it.
 
     orrery-a2a up                     Envoy, authz, adapter and the dev issuer until Ctrl-C
+    orrery-a2a check                  every problem `up` would meet, before starting anything
     orrery-a2a token [--kind K]       a dev token from the running stack's issuer
     orrery-a2a ask "…"                a message through Envoy with the a2a-sdk client
     orrery-a2a approve ACTION_ID      decide a pending action as the human (--deny to refuse)
+    orrery-a2a explain [TOKEN]        what authz would decide for a token, and why
     orrery-a2a envoy-config           render envoy/envoy.yaml for other addresses (compose)
 
 Exit codes: 0 success, 1 the operation failed (a component died, a request was refused),
@@ -15,15 +17,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import shlex
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NoReturn, TextIO
+from urllib.parse import urlsplit
 
 from runtime.addresses import parse_address
 from runtime.env import parse_duration
 from runtime.errors import ConfigError
+from runtime.version import version
 from stack import envoy_config
 from stack.settings import ADDRESSES, StackSettings
 from stack.state import StackError, StackState, default_state_dir
@@ -60,34 +66,113 @@ def _state_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="orrery-a2a",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+TOKEN_VARIABLE = "ORRERY_A2A_TOKEN"  # noqa: S105 - the variable's name, not a secret
+STDIN = "-"
+# A compact JWS: three base64url segments, the first a JSON object (`{"` encodes as `eyJ`). What
+# an error message must never echo; host names and versions do not match.
+_JWS = re.compile(r"eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 
-    up = commands.add_parser("up", help="run the local stack until Ctrl-C")
+
+def redact(text: str) -> str:
+    """`text` with anything shaped like a token replaced: a mistyped command line or a failure
+    message is printed, and a token in it would land in terminals, logs and bug reports."""
+    return _JWS.sub("[redacted token]", text)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a usage error never echoes a token given in the wrong place."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {redact(message)}\n")
+
+
+def _base_url(text: str) -> str:
+    """`--url`: the edge's base URL, where its agent card is; never the /a2a endpoint itself."""
+    parts = urlsplit(text.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an http(s) URL; give the edge's base URL with its scheme,"
+            " e.g. http://127.0.0.1:8080"
+        )
+    if parts.query or parts.fragment:
+        raise argparse.ArgumentTypeError("the edge's base URL has no query or fragment")
+    path = parts.path.rstrip("/")
+    for endpoint in ("/a2a", "/.well-known/agent-card.json"):
+        if path.endswith(endpoint):
+            base = f"{parts.scheme}://{parts.netloc}{path.removesuffix(endpoint)}"
+            raise argparse.ArgumentTypeError(
+                f"{text} names an endpoint; give the edge's base URL, {base}: the agent card"
+                f" served there (/.well-known/agent-card.json) names the A2A endpoint"
+            )
+    return f"{parts.scheme}://{parts.netloc}{path}"
+
+
+def _credential_options(parser: argparse.ArgumentParser, minted: str) -> None:
+    """Where a command's bearer token comes from; argv only on request (`ps` shows it)."""
+    given = parser.add_mutually_exclusive_group()
+    given.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help=f"read the bearer token from PATH, `-` for stdin (else {TOKEN_VARIABLE}, else"
+        f" {minted})",
+    )
+    given.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="the bearer token itself; other users see it in `ps`: prefer --token-file or"
+        f" {TOKEN_VARIABLE}",
+    )
+
+
+def _stack_options(parser: argparse.ArgumentParser) -> None:
+    """The options of `up` and `check`: each the variable it stands for (the flag wins)."""
     for variable, (flag, default) in ADDRESSES.items():
-        up.add_argument(flag, dest=variable, metavar="HOST:PORT", help=f"{variable} ({default})")
-    up.add_argument(
+        parser.add_argument(
+            flag, dest=variable, metavar="HOST:PORT", help=f"{variable} ({default})"
+        )
+    parser.add_argument(
         "--replicas",
         dest="ORRERY_A2A_REPLICAS",
         metavar="N",
         help="authz and adapter processes behind Envoy (ORRERY_A2A_REPLICAS; 1); more than one"
         " needs DATABASE_URL and ORRERY_A2A_REDIS_URL",
     )
-    up.add_argument(
+    parser.add_argument(
         "--envoy-config",
         dest="ORRERY_A2A_ENVOY_CONFIG",
         metavar="PATH",
         help="the Envoy bootstrap to render (ORRERY_A2A_ENVOY_CONFIG; envoy/envoy.yaml)",
     )
-    _state_option(up)
+    _state_option(parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="orrery-a2a",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    up = commands.add_parser("up", help="check, then run the local stack until Ctrl-C")
+    _stack_options(up)
+    check_cmd = commands.add_parser(
+        "check",
+        help="check the stack's, authz's and the adapter's environment and the Envoy bootstrap,"
+        " as `up` would start them; list every problem (exit 0 or 2), start nothing",
+    )
+    _stack_options(check_cmd)
 
     token = commands.add_parser("token", help="print a dev token from the running stack")
-    token.add_argument("--kind", choices=TOKEN_KINDS, default="delegated")
+    token.add_argument(
+        "--kind",
+        choices=TOKEN_KINDS,
+        default="delegated",
+        help="an agent acting for a person, a service on its own behalf, or the person at the"
+        " approvals console (delegated)",
+    )
     token.add_argument("--subject", help="`sub` (default: dev-user; a service: its client id)")
     token.add_argument("--agent", help="the acting agent, `act.sub` (delegated; dev-agent)")
     token.add_argument("--client-id", help="`client_id` (a per-kind dev default)")
@@ -102,33 +187,71 @@ def build_parser() -> argparse.ArgumentParser:
     _state_option(token)
 
     ask_cmd = commands.add_parser("ask", help="send a message through Envoy")
-    ask_cmd.add_argument("text")
+    ask_cmd.add_argument("text", help="the message, as plain text")
     ask_cmd.add_argument("--context-id", help="continue this conversation")
     ask_cmd.add_argument("--task-id", help="resume this task (after an approval)")
     ask_cmd.add_argument(
         "--kind",
         choices=("delegated", "service"),
         default="delegated",
-        help="the kind of dev token to mint (delegated)",
+        help="the kind of dev token to mint when none is given (delegated)",
     )
-    ask_cmd.add_argument("--token", help="use this bearer token instead of minting one")
-    ask_cmd.add_argument("--url", help="the edge's base URL (default: the running stack's)")
+    _credential_options(ask_cmd, "a dev token minted from the running stack")
+    ask_cmd.add_argument(
+        "--url",
+        type=_base_url,
+        help="the edge's base URL, where its agent card is (default: the running stack's); the"
+        " card's interface URL, not this, decides where the message goes",
+    )
     _state_option(ask_cmd)
 
     approve_cmd = commands.add_parser("approve", help="decide a pending action as the human")
-    approve_cmd.add_argument("action_id")
+    approve_cmd.add_argument(
+        "action_id", help="the action `ask` printed (after `--` if it starts with `-`)"
+    )
     approve_cmd.add_argument("--deny", action="store_true", help="refuse instead of approving")
-    approve_cmd.add_argument("--token", help="a console-audience token (default: mint one)")
-    approve_cmd.add_argument("--url", help="the edge's base URL (default: the running stack's)")
+    _credential_options(approve_cmd, "a console-audience dev token minted from the running stack")
+    approve_cmd.add_argument(
+        "--url",
+        type=_base_url,
+        help="the edge's base URL (default: the running stack's); the decision goes to"
+        " URL/approvals/ACTION_ID",
+    )
     _state_option(approve_cmd)
+
+    explain_cmd = commands.add_parser(
+        "explain",
+        help="what authz would decide for a token on each surface, and why: the running stack's"
+        " authz configuration, offline (`python -m authz explain` in production)",
+    )
+    explain_cmd.add_argument(
+        "token",
+        nargs="?",
+        metavar="TOKEN",
+        help=f"`-` or absent: stdin or {TOKEN_VARIABLE} (a token given here is visible in `ps`)",
+    )
+    explain_cmd.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    _state_option(explain_cmd)
 
     render_cmd = commands.add_parser(
         "envoy-config", help="render the Envoy bootstrap with other addresses"
     )
-    render_cmd.add_argument("--source", type=Path, default=envoy_config.repo_config_path())
+    render_cmd.add_argument(
+        "--source",
+        type=Path,
+        default=envoy_config.repo_config_path(),
+        help="the bootstrap to render (envoy/envoy.yaml of this checkout)",
+    )
     render_cmd.add_argument("--out", type=Path, help="write here (0644) instead of stdout")
-    for name in ("listen", "admin", "authz", "adapter"):
-        render_cmd.add_argument(f"--{name}", type=_address, metavar="HOST:PORT")
+    for name, what in (
+        ("listen", "the public listener"),
+        ("admin", "the admin API (keep it on loopback)"),
+        ("authz", "the authz cluster's endpoint"),
+        ("adapter", "the adapter cluster's endpoint"),
+    ):
+        render_cmd.add_argument(
+            f"--{name}", type=_address, metavar="HOST:PORT", help=f"{what} (unchanged if absent)"
+        )
 
     return parser
 
@@ -146,18 +269,58 @@ def _env_with_flags(args: argparse.Namespace, env: Mapping[str, str]) -> dict[st
     return merged
 
 
+def given_token(args: argparse.Namespace, env: Mapping[str, str], stdin: TextIO) -> str | None:
+    """The bearer token the user gave: `--token`, `--token-file` (`-`: stdin) or
+    ORRERY_A2A_TOKEN, in that order; None when none was given. Never echoed in an error."""
+    if args.token:
+        return str(args.token).strip()
+    if args.token_file:
+        path: str = args.token_file
+        source = "stdin" if path == "-" else path
+        try:
+            text = stdin.read() if path == "-" else Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StackError(f"cannot read a token from {source}: {exc}") from None
+        token = text.strip()
+        if not token or len(token.split()) != 1:
+            raise StackError(f"{source} does not hold one token")
+        return token
+    return env.get(TOKEN_VARIABLE, "").strip() or None
+
+
 def _target(args: argparse.Namespace, env: Mapping[str, str], kind: TokenKind) -> tuple[str, str]:
-    """The base URL and bearer token: given by flags, else from the running stack."""
-    if args.url and args.token:
-        return args.url.rstrip("/"), str(args.token)
+    """The base URL and bearer token: given by flags or ORRERY_A2A_TOKEN, else from the running
+    stack (its URL, a dev token of `kind` minted from its issuer key)."""
+    token = given_token(args, env, sys.stdin)
+    if args.url and token:
+        return args.url, token
     state = StackState.load(default_state_dir(env))
-    token = args.token or mint_for_stack(state, TokenRequest(kind=kind), now=int(time.time()))
+    token = token or mint_for_stack(state, TokenRequest(kind=kind), now=int(time.time()))
     return (args.url or state.url).rstrip("/"), token
 
 
+def _checked(env: Mapping[str, str], command: str) -> tuple[bool, list[str]]:
+    """Whether `check` found nothing, and the lines it prints."""
+    from stack.check import check_stack, render
+
+    problems = asyncio.run(check_stack(env))
+    return not problems, render(problems, command)
+
+
+def _cmd_check(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    ok, lines = _checked(env, "check")
+    print("\n".join(lines))
+    return 0 if ok else 2
+
+
 def _cmd_up(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """`check` first: a stack that cannot work never half-starts."""
     from stack.up import run_up
 
+    ok, lines = _checked(env, "up")
+    if not ok:
+        print("\n".join(lines), file=sys.stderr)
+        return 2
     return run_up(StackSettings.from_env(env), env, sys.stdout)
 
 
@@ -199,6 +362,32 @@ def _cmd_approve(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return 0
 
 
+def _cmd_explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """`python -m authz explain` with the running stack's authz configuration: the stack never
+    imports authz (tests/test_layering.py), it runs authz's own explanation. The token reaches
+    it by stdin or the environment, never by argv."""
+    import subprocess
+
+    from stack.keys import new_assertion_keys
+    from stack.wiring import Wiring, authz_env, child_env
+
+    state = StackState.load(default_state_dir(env))
+    wiring = Wiring(state.issuer, new_assertion_keys(), public_url=f"{state.url}/a2a")
+    child = child_env(env, authz_env(StackSettings.from_env(env), wiring))
+    child |= {
+        "ORRERY_A2A_JWT_AUDIENCE": state.audience,
+        "ORRERY_CONSOLE_JWT_AUDIENCE": state.console_audience,
+    }
+    argv = [sys.executable, "-m", "authz", "explain", *(["--json"] if args.json else [])]
+    given: str | None = args.token
+    from_stdin = given == STDIN
+    if from_stdin:
+        argv.append(STDIN)
+    elif given or env.get(TOKEN_VARIABLE):
+        child[TOKEN_VARIABLE] = given or env[TOKEN_VARIABLE]
+    return subprocess.run(argv, env=child, check=False).returncode  # noqa: S603 - our authz
+
+
 def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     rendered = envoy_config.render(
         envoy_config.load(args.source),
@@ -218,9 +407,11 @@ def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 COMMANDS = {
     "up": _cmd_up,
+    "check": _cmd_check,
     "token": _cmd_token,
     "ask": _cmd_ask,
     "approve": _cmd_approve,
+    "explain": _cmd_explain,
     "envoy-config": _cmd_envoy_config,
 }
 
@@ -231,12 +422,12 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         return COMMANDS[args.command](args, merged)
     except ConfigError as exc:
-        print(f"orrery-a2a {args.command}: {exc}", file=sys.stderr)
+        print(f"orrery-a2a {args.command}: {redact(str(exc))}", file=sys.stderr)
         return 2
     except (StackError, envoy_config.EnvoyConfigError) as exc:
         # For up and envoy-config these are set-up problems (2); otherwise the request failed (1).
-        print(f"orrery-a2a {args.command}: {exc}", file=sys.stderr)
-        return 2 if args.command in {"up", "envoy-config"} else 1
+        print(f"orrery-a2a {args.command}: {redact(str(exc))}", file=sys.stderr)
+        return 2 if args.command in {"up", "check", "envoy-config"} else 1
 
 
 if __name__ == "__main__":

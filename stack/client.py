@@ -203,6 +203,12 @@ async def approve(url: str, token: str, action_id: str, *, deny: bool = False) -
         body = {}
     if not isinstance(body, dict):
         body = {}
-    status = body.get("status", decision)
-    message = body.get("message", "")
-    return f"{action_id}: {status}" + (f" — {message}" if message else "")
+    status = str(body.get("status", decision))
+    message = str(body.get("message", ""))
+    if not message:
+        return f"{action_id}: {status}"
+    # The edge's own messages start with the outcome ("approved; the agent continues …"): say it
+    # once, not "approved — approved; …".
+    if message.startswith(status):
+        return f"{action_id}: {message}"
+    return f"{action_id}: {status} — {message}"

@@ -8,7 +8,9 @@ never signs anything, so there is no endpoint that hands out tokens to whoever c
 It refuses to bind anything but a loopback address: a dev issuer reachable from the network would
 let anyone who learns its keys' origin trust tokens from it. Run with
 `python -m stack.issuer --key PATH --addr 127.0.0.1:8090`; it logs a JSON `serving` event with
-the bound address and issuer string once ready, and stops cleanly on SIGTERM or SIGINT.
+the bound address and issuer string once ready (or one `startup_failed` event naming
+ORRERY_A2A_ISSUER_ADDR, `up --issuer`, when the address is taken, and exits 1), and stops cleanly
+on SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from aiohttp import web
 
 from runtime import logs
 from runtime.addresses import Address, format_address, parse_address
-from runtime.serving import log_serving
+from runtime.serving import cannot_listen, log_serving, log_startup_failed
 from stack.addresses import require_loopback
 from stack.keys import load_signing_key, public_jwk
 
@@ -66,7 +68,10 @@ async def serve(key_path: Path, address: Address) -> None:
     runner = web.AppRunner(create_app(jwks), access_log=None, handle_signals=False)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            raise cannot_listen("ORRERY_A2A_ISSUER_ADDR", address, exc) from None
         bound_host, bound_port = runner.addresses[0][:2]
         bound = (str(bound_host), int(bound_port))
         stop = asyncio.Event()
@@ -94,7 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"orrery dev issuer: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(args.key, address))
+    try:
+        asyncio.run(serve(args.key, address))
+    except OSError as exc:
+        log_startup_failed(log, exc)
+        return 1
     return 0
 
 

@@ -6,8 +6,6 @@ stack is refused by the new one, and a leaked dev key dies with its stack.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import secrets
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from jwt.algorithms import ECAlgorithm
 
 from contract.assertion import new_keys_spec
-from contract.jose import b64url_encode
+from contract.jose import jwk_thumbprint
 
 ALGORITHM = "ES256"
 
@@ -45,9 +43,7 @@ def public_jwk(key: ec.EllipticCurvePrivateKey) -> dict[str, Any]:
     """The public JWK, `kid` = its RFC 7638 thumbprint (stable for the key, unique per run)."""
     jwk: dict[str, Any] = ECAlgorithm.to_jwk(key.public_key(), as_dict=True)
     required = {name: jwk[name] for name in ("crv", "kty", "x", "y")}
-    canonical = json.dumps(required, separators=(",", ":"), sort_keys=True).encode()
-    kid = b64url_encode(hashlib.sha256(canonical).digest())
-    return {**required, "kid": kid, "use": "sig", "alg": ALGORITHM}
+    return {**required, "kid": jwk_thumbprint(required), "use": "sig", "alg": ALGORITHM}
 
 
 def new_assertion_keys() -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from runtime.addresses import Address
 from runtime.env import EnvReader
+from runtime.errors import ConfigError
 from stack.addresses import NotLoopback, require_loopback
 from stack.envoy_config import repo_config_path
 from stack.state import default_state_dir
@@ -43,10 +44,24 @@ class StackSettings:
     envoy_config: Path
     ready_timeout: float
     replicas: int = 1
+    # The URL clients reach /a2a at, when it is not Envoy's own (a proxy, a port forward): the
+    # adapter advertises it in the card and checks it (docs/contract.md#adapter-variables).
+    public_url: str | None = None
+    # The user's own card-signing keys; without them `up` signs with a per-run key.
+    card_signing_keys: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StackSettings:
         """Build from the environment (flags already folded in); one error names every problem."""
+        settings, problems = cls.read(env)
+        if problems:
+            raise ConfigError(problems)
+        return settings
+
+    @classmethod
+    def read(cls, env: Mapping[str, str]) -> tuple[StackSettings, list[str]]:
+        """The settings, with a fallback for every bad variable, and the problems: `check` goes
+        on to check the components with what it could read."""
         reader = EnvReader(env)
         address = {name: reader.address(name, default) for name, (_, default) in ADDRESSES.items()}
         try:
@@ -67,6 +82,7 @@ class StackSettings:
             envoy_config=config,
             ready_timeout=reader.seconds("ORRERY_A2A_READY_TIMEOUT", "60s", minimum=1.0),
             replicas=reader.integer("ORRERY_A2A_REPLICAS", 1, minimum=1, maximum=8),
+            public_url=reader.raw("ORRERY_A2A_PUBLIC_URL") or None,
+            card_signing_keys=reader.raw("ORRERY_A2A_CARD_SIGNING_KEYS") or None,
         )
-        reader.finish()
-        return settings
+        return settings, reader.problems

@@ -24,6 +24,7 @@ from pathlib import Path
 
 STATE_FILE = "stack.json"
 ISSUER_KEY_FILE = "issuer-key.pem"
+CARD_KEY_FILE = "card-key.pem"
 
 
 class StackError(Exception):

@@ -3,8 +3,9 @@
 Order: the dev issuer (authz needs its JWKS), authz, the adapter, then Envoy (whose clusters need
 the addresses the others reported). Each starts only once the previous one is ready, so a failure
 names the component that failed, not the first one that noticed. This run's secrets — the issuer's
-signing key and the assertion keys — are generated fresh and live in the private state directory
-(see `stack.state`) or only in the children's environments; they are removed when the stack stops.
+and the agent card's signing keys and the assertion keys — are generated fresh and live in the
+private state directory (see `stack.state`) or only in the children's environments; they are
+removed when the stack stops.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import re
 import shlex
+import shutil
 import signal
 import socket
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +34,7 @@ from stack.addresses import client_host
 from stack.keys import new_assertion_keys, new_signing_key, private_pem
 from stack.settings import StackSettings
 from stack.state import (
+    CARD_KEY_FILE,
     ISSUER_KEY_FILE,
     STATE_FILE,
     StackError,
@@ -57,6 +62,10 @@ from stack.wiring import (
     child_env,
 )
 
+LOGS_DIR = "logs"
+LATEST_LOGS = "latest"  # a symlink to the newest run's log directory
+KEEP_RUNS = 10  # log directories of earlier runs kept, newest first
+_RUN_ID = re.compile(r"\d{8}T\d{6}Z-\d+")
 ENVOY_CONFIG_FILE = "envoy.yaml"
 ENVOY_ADMIN_FILE = "envoy-admin.txt"
 LOCK_FILE = "up.lock"
@@ -67,16 +76,20 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 @dataclass(frozen=True, slots=True)
 class RunSecrets:
-    """This run's secrets: the issuer key file (0600) and the assertion keys (env only)."""
+    """This run's secrets: the issuer's and the card's signing key files (0600) and the
+    assertion keys (env only)."""
 
     issuer_key: Path
     assertion_keys: str
+    card_key: Path
 
 
 def generate_secrets(state_dir: Path) -> RunSecrets:
     key_path = state_dir / ISSUER_KEY_FILE
     write_private(key_path, private_pem(new_signing_key()))
-    return RunSecrets(issuer_key=key_path, assertion_keys=new_assertion_keys())
+    card_key = state_dir / CARD_KEY_FILE
+    write_private(card_key, private_pem(new_signing_key()))
+    return RunSecrets(issuer_key=key_path, assertion_keys=new_assertion_keys(), card_key=card_key)
 
 
 def free_port(host: str) -> int:
@@ -86,6 +99,36 @@ def free_port(host: str) -> int:
         probe.bind((host, 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def run_log_dir(state_dir: Path) -> Path:
+    """This run's own log directory, `logs/<UTC start>-<pid>`: a failure excerpt then shows only
+    this run, and names sort in start order."""
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+    return state_dir / LOGS_DIR / run_id
+
+
+def keep_recent_runs(logs: Path, keep: int = KEEP_RUNS) -> None:
+    """Delete all but the `keep` newest run directories (only names `up` made; anything else in
+    `logs/` is left alone), so logs stay bounded however often the stack starts."""
+    try:
+        runs = sorted(
+            (entry for entry in logs.iterdir() if _RUN_ID.fullmatch(entry.name)),
+            key=lambda entry: entry.name,
+        )
+    except FileNotFoundError:
+        return
+    for old in runs[: max(0, len(runs) - keep)]:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def point_latest_at(log_dir: Path) -> None:
+    """`logs/latest` → this run's directory (relative, so the state directory may move)."""
+    latest = log_dir.parent / LATEST_LOGS
+    with contextlib.suppress(FileNotFoundError):
+        latest.unlink()
+    latest.symlink_to(log_dir.name, target_is_directory=True)
 
 
 @contextlib.contextmanager
@@ -157,7 +200,7 @@ class LocalStack:
         self.inherited = inherited
         self.out = out
         self.state_dir = settings.state_dir
-        self.supervisor = Supervisor(settings.state_dir / "logs")
+        self.supervisor = Supervisor(run_log_dir(settings.state_dir))
 
     def say(self, line: str = "") -> None:
         # After SIGHUP the terminal may be gone; stopping the stack matters more than saying so.
@@ -206,7 +249,14 @@ class LocalStack:
         if listen[1] == 0:
             listen = (listen[0], free_port(listen[0]))
         url = f"http://{client_host(listen)}"
-        wiring = Wiring(issuer_url, secrets.assertion_keys, public_url=f"{url}/a2a")
+        # A user-set ORRERY_A2A_PUBLIC_URL (a proxy or port forward in front) is what the card
+        # advertises; `check` had the adapter validate it before anything started.
+        wiring = Wiring(
+            issuer_url,
+            secrets.assertion_keys,
+            public_url=settings.public_url or f"{url}/a2a",
+            card_signing_keys=settings.card_signing_keys or str(secrets.card_key),
+        )
 
         authz_addresses = []
         for name in self._replica_names("authz"):
@@ -272,6 +322,11 @@ class LocalStack:
         )
         self.say()
         self.say(f"Orrery A2A is up at {state.url}   (logs: {state.logs})")
+        if self.settings.public_url:
+            self.say(
+                f"  card: clients are sent to {self.settings.public_url} (ORRERY_A2A_PUBLIC_URL);"
+                " `ask` follows the card there"
+            )
         self.say("  ask:  " + f"orrery-a2a ask{state_flag} {shlex.quote(EXAMPLE_QUESTION)}")
         self.say(
             f"  curl: curl -sS {state.url}/a2a"
@@ -292,7 +347,13 @@ class LocalStack:
 
     def cleanup(self) -> None:
         """Remove this run's secrets and state; logs stay for a post-mortem."""
-        for name in (STATE_FILE, ISSUER_KEY_FILE, ENVOY_CONFIG_FILE, ENVOY_ADMIN_FILE):
+        for name in (
+            STATE_FILE,
+            ISSUER_KEY_FILE,
+            CARD_KEY_FILE,
+            ENVOY_CONFIG_FILE,
+            ENVOY_ADMIN_FILE,
+        ):
             (self.state_dir / name).unlink(missing_ok=True)
 
     async def run(self) -> int:
@@ -300,6 +361,10 @@ class LocalStack:
         or a component's death (1)."""
         self.say(f"orrery-a2a up: starting the local stack (state in {self.state_dir})")
         self.cleanup()  # whatever a killed earlier run left behind
+        log_dir = self.supervisor.log_dir
+        keep_recent_runs(log_dir.parent, KEEP_RUNS - 1)  # and this run's makes KEEP_RUNS
+        log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        point_latest_at(log_dir)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in STOP_SIGNALS:

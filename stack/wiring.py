@@ -26,6 +26,7 @@ class Wiring:
     issuer: str
     assertion_keys: str
     public_url: str
+    card_signing_keys: str = ""
 
     @property
     def jwks_url(self) -> str:
@@ -57,6 +58,8 @@ def adapter_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:
         "ORRERY_A2A_ASSERTION_KEYS": wiring.assertion_keys,
         "ORRERY_A2A_PUBLIC_URL": wiring.public_url,
     }
+    if wiring.card_signing_keys:
+        env["ORRERY_A2A_CARD_SIGNING_KEYS"] = wiring.card_signing_keys
     if settings.replicas > 1:
         # Replicas must share tasks, approvals and in-flight counts: the adapter then refuses to
         # start unless DATABASE_URL and ORRERY_A2A_REDIS_URL are in the environment.
@@ -64,9 +67,14 @@ def adapter_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:
     return env
 
 
+# Never passed on: a JWKS file would override the issuer's URL, and a bearer token the user
+# exported for `ask` / `approve` is no business of the components.
+NOT_INHERITED = frozenset({"ORRERY_A2A_JWKS_FILE", "ORRERY_A2A_TOKEN"})
+
+
 def child_env(inherited: Mapping[str, str], own: Mapping[str, str]) -> dict[str, str]:
-    """The user's environment, minus the one variable a JWKS file would override, plus `own`."""
-    env = {name: value for name, value in inherited.items() if name != "ORRERY_A2A_JWKS_FILE"}
+    """The user's environment, minus `NOT_INHERITED`, plus `own`."""
+    env = {name: value for name, value in inherited.items() if name not in NOT_INHERITED}
     env["PYTHONUNBUFFERED"] = "1"
     env.update(own)
     return env

@@ -6,6 +6,8 @@ import asyncio
 import json
 import os
 import signal
+import socket
+import subprocess
 import sys
 from typing import Any
 
@@ -19,6 +21,8 @@ from tests.adapter.conftest import (
     fresh_schema,
     running,
 )
+
+DIST = "orrery-a2a-edge"
 
 
 def adapter_env(**extra: str) -> dict[str, str]:
@@ -171,3 +175,42 @@ async def test_running_stream_ends_with_a_final_event_on_shutdown() -> None:
     assert [next(iter(e["result"])) for e in events] == ["task", "task"]
     assert events[-1]["id"] == 7
     assert events[-1]["result"]["task"]["status"]["state"] == "TASK_STATE_SUBMITTED"
+
+
+async def test_a_taken_address_is_one_startup_failed_event_naming_the_variable() -> None:
+    """The port in use: no traceback, one JSON `startup_failed` naming ORRERY_A2A_ADAPTER_ADDR
+    and the address, exit 1."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        addr = f"127.0.0.1:{holder.getsockname()[1]}"
+        process = await start_adapter(adapter_env(ORRERY_A2A_ADAPTER_ADDR=addr))
+        _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode == 1
+    (line,) = stderr.decode().splitlines()
+    event = json.loads(line)
+    assert (event["event"], event["level"], event["variable"], event["addr"]) == (
+        "startup_failed",
+        "error",
+        "ORRERY_A2A_ADAPTER_ADDR",
+        addr,
+    )
+    assert "Address already in use" in event["error"]
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_needs_no_configuration(flag: str) -> None:
+    """`python -m adapter --help` prints usage and where the configuration lives, exit 0, even
+    with no variable set."""
+    result = subprocess.run(
+        [sys.executable, "-m", "adapter", flag],
+        env={k: v for k, v in os.environ.items() if not k.startswith("ORRERY_")},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: python -m adapter")
+    assert "ORRERY_A2A_ASSERTION_KEYS" in result.stdout
+    assert "docs/contract.md#adapter-variables" in result.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -114,15 +115,42 @@ def test_workers_without_redis_are_refused(started: list[EventProcess], jwks_fil
 
 
 def test_address_in_use_exits_1(started: list[EventProcess], jwks_file: Path) -> None:
-    """A port someone else holds is a clear start-up failure, not a shared port."""
+    """A port someone else holds is one JSON `startup_failed` naming the variable, not a shared
+    port and not a traceback; exit 1."""
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
         env = {**base_env(jwks_file=jwks_file), "ORRERY_A2A_AUTHZ_ADDR": f"127.0.0.1:{port}"}
         process = start(started, env)
+        assert process.finish() == 1
+    (line,) = process.lines  # nothing else: no traceback, no line from gRPC's C core
+    failure = json.loads(line)
+    assert (failure["event"], failure["variable"], failure["addr"]) == (
+        "startup_failed",
+        "ORRERY_A2A_AUTHZ_ADDR",
+        f"127.0.0.1:{port}",
+    )
+    assert "set ORRERY_A2A_AUTHZ_ADDR to a free address" in failure["error"]
+
+
+def test_a_taken_metrics_address_names_its_variable(
+    started: list[EventProcess], jwks_file: Path
+) -> None:
+    """The metrics port taken: one `startup_failed` naming ORRERY_A2A_AUTHZ_METRICS_ADDR, exit 1."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        env = {
+            **base_env(jwks_file=jwks_file),
+            "ORRERY_A2A_AUTHZ_METRICS_ADDR": f"127.0.0.1:{port}",
+        }
+        process = start(started, env)
         failure = process.wait_for("startup_failed")
+        assert failure["variable"] == "ORRERY_A2A_AUTHZ_METRICS_ADDR"
         assert str(port) in failure["error"]
+        assert "Address already in use" in failure["error"]
         assert process.finish() == 1
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from authz.settings import AuthzSettings, parse_algorithms, parse_rate, parse_role_autonomy
+from authz.settings import AuthzSettings, parse_algorithms, parse_rate
 from contract.assertion import new_keys_spec
+from contract.identity import parse_role_autonomy
 from runtime.errors import ConfigError
 
 

@@ -44,12 +44,15 @@ def test_authz_help_runs_in_the_image(docker_client: Any, app_image: AppImage) -
 
 
 def test_adapter_module_runs_in_the_image(docker_client: Any, app_image: AppImage) -> None:
-    """`python -m adapter --help` reaches the adapter's own configuration check (the adapter has
-    no --help yet, so today it answers the missing keys with its config error, exit 2)."""
+    """`python -m adapter --help` prints the adapter's usage and exits 0; `python -m adapter
+    check` reaches its own configuration check (no keys given: exit 2 naming the variable)."""
     code, output = run(docker_client, app_image, ["python", "-m", "adapter", "--help"])
+    assert code == 0, output
+    assert output.startswith("usage: python -m adapter")
+    code, output = run(docker_client, app_image, ["python", "-m", "adapter", "check"])
     assert (code, output.strip()) == (
         2,
-        "invalid configuration:\n  ORRERY_A2A_ASSERTION_KEYS: is required",
+        "adapter: 1 problem(s)\n  ORRERY_A2A_ASSERTION_KEYS: is required",
     )
 
 

@@ -237,13 +237,22 @@ def test_filter_order_puts_ext_authz_before_the_router(hcm: HttpConnectionManage
     ]
 
 
-def test_only_the_public_card_is_forwarded_without_authz(routes: dict[str, Route]) -> None:
-    """Every route that reaches an upstream runs ext_authz, except the public agent card."""
+PUBLIC_ROUTES = {
+    "agent_card": "/.well-known/agent-card.json",
+    "card_keys": "/.well-known/jwks.json",
+}
+
+
+def test_only_the_public_card_and_its_keys_are_forwarded_without_authz(
+    routes: dict[str, Route],
+) -> None:
+    """Every route that reaches an upstream runs ext_authz, except the public agent card and the
+    key set that verifies its signature."""
     for name, route in routes.items():
         per_route = _per_route(route, EXT_AUTHZ)
         forwards = route.route is not None
         disabled = per_route is not None and per_route.disabled is True
-        if name == "agent_card":
+        if name in PUBLIC_ROUTES:
             assert forwards and disabled
         elif forwards:
             assert not disabled, name
@@ -260,7 +269,7 @@ def test_each_authz_route_names_its_surface(routes: dict[str, Route]) -> None:
         "approvals": (None, "/approvals/", None, "approvals"),
     }
     forwarding = {name for name, route in routes.items() if route.route is not None}
-    assert forwarding == {*expected, "agent_card"}
+    assert forwarding == {*expected, *PUBLIC_ROUTES}
     for name, (path, prefix, method, surface) in expected.items():
         route = routes[name]
         assert (route.match.path, route.match.prefix, _method(route)) == (path, prefix, method)
@@ -269,14 +278,18 @@ def test_each_authz_route_names_its_surface(routes: dict[str, Route]) -> None:
         assert dict(per_route.check_settings.context_extensions) == {"surface": surface}
 
 
-def test_public_card_is_get_only_and_drops_reserved_and_credential_headers(
-    routes: dict[str, Route],
+@pytest.mark.parametrize("name", sorted(PUBLIC_ROUTES))
+def test_public_routes_are_get_only_and_drop_reserved_and_credential_headers(
+    routes: dict[str, Route], name: str
 ) -> None:
-    """The card route strips x-orrery-*, authorization and cookies (nothing consumes them)."""
-    card = routes["agent_card"]
-    assert card.match.path == "/.well-known/agent-card.json"
+    """The card and card-key routes strip x-orrery-*, authorization and cookies (nothing
+    consumes them there), take GET only, and have a short deadline."""
+    card = routes[name]
+    assert card.match.path == PUBLIC_ROUTES[name]
     assert _method(card) == "GET"
     assert card.route is not None and card.route.cluster == "adapter"
+    assert card.route.timeout is not None
+    assert datetime.timedelta(0) < card.route.timeout <= datetime.timedelta(seconds=60)
     mutations = _per_route(card, HEADER_MUTATION).mutations.request_mutations
     removed = {m.remove for m in mutations if m.remove is not None}
     prefixes = {m.remove_on_match.key_matcher.prefix for m in mutations if m.remove_on_match}

@@ -137,6 +137,21 @@ async def test_approve_posts_the_decision_and_prints_the_answer(approvals_server
     )
 
 
+async def test_an_answer_that_starts_with_its_status_says_it_once() -> None:
+    """The edge's message "approved; the agent continues …" is printed once, not after
+    "approved — "."""
+
+    async def decide(request: web.Request) -> web.Response:
+        return web.json_response(
+            {"action_id": "act-1", "status": "approved", "message": "approved; it runs once"}
+        )
+
+    app = web.Application()
+    app.router.add_post("/approvals/{action_id}", decide)
+    async with serving(app) as url:
+        assert await approve(url, "human-token", "act-1") == "act-1: approved; it runs once"
+
+
 async def test_a_refused_approval_is_a_failure_with_the_reason(approvals_server: str) -> None:
     """A 403 body's error and description are shown, nothing else."""
     with pytest.raises(ClientFailure, match=r"^approve act-x: 403 forbidden: not your approval$"):

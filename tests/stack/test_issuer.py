@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -135,3 +136,22 @@ def test_issuer_refuses_a_key_that_is_not_p256(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert result.stderr.startswith("orrery dev issuer:")
+
+
+def test_a_taken_address_is_one_startup_failed_event(key_file: Path) -> None:
+    """The issuer's port in use: one JSON `startup_failed` naming ORRERY_A2A_ISSUER_ADDR, exit 1."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        addr = f"127.0.0.1:{holder.getsockname()[1]}"
+        result = subprocess.run(
+            _issuer_argv(key_file, addr), capture_output=True, text=True, check=False, timeout=60
+        )
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    event = json.loads(line)
+    assert (event["event"], event["variable"], event["addr"]) == (
+        "startup_failed",
+        "ORRERY_A2A_ISSUER_ADDR",
+        addr,
+    )

@@ -70,8 +70,8 @@ def test_default_state_dir_prefers_the_override_then_the_runtime_dir() -> None:
 
 
 def test_generated_secrets_are_private_random_and_valid(tmp_path: Path) -> None:
-    """The issuer key is a 0600 P-256 PEM; assertion keys parse as authz expects; both differ
-    between runs."""
+    """The issuer and card keys are 0600 P-256 PEMs; assertion keys parse as authz expects; all
+    differ between runs."""
     first = generate_secrets(tmp_path)
     first_pem = first.issuer_key.read_bytes()
     assert _mode(first.issuer_key) == 0o600
@@ -79,7 +79,11 @@ def test_generated_secrets_are_private_random_and_valid(tmp_path: Path) -> None:
     keys = AssertionKeys.parse(first.assertion_keys)
     assert len(keys.keys) == 1
     assert len(keys.keys[0][1]) >= 32
+    first_card_pem = first.card_key.read_bytes()
+    assert _mode(first.card_key) == 0o600
+    load_signing_key(first.card_key)
     second = generate_secrets(tmp_path)
     assert second.issuer_key.read_bytes() != first_pem
+    assert second.card_key.read_bytes() != first_card_pem
     assert second.assertion_keys != first.assertion_keys
     assert AssertionKeys.parse(second.assertion_keys).signing_kid != keys.signing_kid

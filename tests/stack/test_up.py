@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import jwt
 import pytest
 
 from stack import cli
-from stack.state import ISSUER_KEY_FILE, STATE_FILE, pid_alive
+from stack.state import CARD_KEY_FILE, ISSUER_KEY_FILE, STATE_FILE, pid_alive
 from tests.processes import descendants, port_free, wait_gone
 from tests.stack.conftest import LocalStackRun, cli_argv
 
@@ -34,10 +35,19 @@ SEND = {
 HEALTH = "Service health — checkout: degraded; inventory: down; payments: healthy; search: healthy."
 
 
-def _orrery(run: LocalStackRun, *args: str) -> subprocess.CompletedProcess[str]:
-    """`orrery-a2a ARGS…` as a separate process talking to `run`'s stack."""
+def _orrery(
+    run: LocalStackRun, *args: str, env: dict[str, str] | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """`orrery-a2a ARGS…` as a separate process talking to `run`'s stack (with `env` added to
+    its environment and `stdin` as its input)."""
     return subprocess.run(
-        cli_argv(*args), env=run.env, capture_output=True, text=True, check=False, timeout=120
+        cli_argv(*args),
+        env={**run.env, **(env or {})},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
 
 
@@ -80,7 +90,7 @@ def test_state_is_private_and_names_the_stack(stack_run: LocalStackRun) -> None:
     assert state["url"] == stack_run.url
     assert state["pid"] == stack_run.process.pid
     assert (stack_run.state_dir.stat().st_mode & 0o777) == 0o700
-    for name in (STATE_FILE, ISSUER_KEY_FILE):
+    for name in (STATE_FILE, ISSUER_KEY_FILE, CARD_KEY_FILE):
         assert ((stack_run.state_dir / name).stat().st_mode & 0o777) == 0o600
 
 
@@ -104,7 +114,7 @@ def test_a_token_from_the_cli_reaches_the_adapter_as_its_principal(
 
 def _adapter_event(run: LocalStackRun, principal: str) -> dict[str, object]:
     """The adapter's first `a2a_request` for `principal`, once `up` has copied it to the log."""
-    log = run.state_dir / "logs" / "adapter.log"
+    log = run.state_dir / "logs" / "latest" / "adapter.log"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         for line in log.read_text().splitlines():
@@ -141,6 +151,47 @@ def test_token_kinds_verify_against_the_issuers_jwks(stack_run: LocalStackRun) -
             issuer=issuer,
         )
         assert ("act" in claims) == (kind == "delegated")
+
+
+def test_ask_takes_its_token_from_stdin_or_the_environment(stack_run: LocalStackRun) -> None:
+    """`ask --token-file -` and ORRERY_A2A_TOKEN send the given token (never on the command
+    line): the adapter serves each as that token's principal."""
+    for source in ("stdin", "env"):
+        client = f"given-{source}"
+        token = _token(stack_run, "--kind", "service", "--client-id", client)
+        if source == "stdin":
+            result = _orrery(stack_run, "ask", "is search up?", "--token-file", "-", stdin=token)
+        else:
+            result = _orrery(stack_run, "ask", "is search up?", env={"ORRERY_A2A_TOKEN": token})
+        assert result.returncode == 0, result.stderr
+        assert _adapter_event(stack_run, f"service:{client}::{client}")["outcome"] == "ok"
+
+
+def test_a_refused_token_is_explained_but_never_printed(stack_run: LocalStackRun) -> None:
+    """A token authz refuses (here: for the console audience, on /a2a): `ask` prints authz's
+    status and reason code, exits 1, and the token appears nowhere in its output."""
+    token = _token(stack_run, "--kind", "human")
+    result = _orrery(stack_run, "ask", "is search up?", env={"ORRERY_A2A_TOKEN": token})
+    assert result.returncode == 1
+    assert "answered 401 token_invalid" in result.stderr
+    assert token not in result.stdout + result.stderr
+
+
+def test_explain_answers_for_the_running_stacks_authz(stack_run: LocalStackRun) -> None:
+    """`orrery-a2a explain -` with a token on stdin (as `token` prints it): authz's decision on
+    each surface with the stack's issuer and audiences; the token itself is never printed."""
+    token = _token(stack_run, "--kind", "human")
+    result = _orrery(stack_run, "explain", "-", stdin=token)
+    assert result.returncode == 0, result.stderr
+    assert "approvals: allow 200 ok" in result.stdout
+    assert "principal human dev-user (client dev-console), role admin, autonomy L3" in result.stdout
+    assert "a2a:       deny 401 token_invalid" in result.stdout
+    assert token not in result.stdout + result.stderr
+    delegated = _token(stack_run)
+    from_env = _orrery(stack_run, "explain", "--json", env={"ORRERY_A2A_TOKEN": delegated})
+    assert from_env.returncode == 0, from_env.stderr
+    surfaces = json.loads(from_env.stdout)["surfaces"]
+    assert surfaces[0]["principal"]["key"] == "delegated:dev-agent-client:dev-agent:dev-user"
 
 
 def test_ask_prints_the_reply(stack_run: LocalStackRun, capsys: pytest.CaptureFixture[str]) -> None:
@@ -187,7 +238,7 @@ def test_the_printed_approval_commands_decide_and_resume(
 
     decided = _printed(stack_run, hints[decision])
     assert decided.returncode == 0, decided.stderr
-    assert decided.stdout.startswith(f"{action}: {answer} — ")
+    assert decided.stdout.startswith(f"{action}: {answer}; ")  # the outcome, said once
 
     result = _printed(stack_run, hints["resume"])
     assert result.stdout == resumed.format(action=action)
@@ -217,7 +268,8 @@ def test_ctrl_c_stops_every_component_and_removes_the_secrets(state_dir: Path) -
     assert not [name for name, pid in pids.items() if pid_alive(pid)]
     assert not (state_dir / STATE_FILE).exists()
     assert not (state_dir / ISSUER_KEY_FILE).exists()
-    assert (state_dir / "logs" / "envoy.log").exists()
+    assert not (state_dir / CARD_KEY_FILE).exists()
+    assert (state_dir / "logs" / "latest" / "envoy.log").exists()
 
 
 def test_a_closed_terminal_stops_every_component_and_removes_the_secrets(state_dir: Path) -> None:
@@ -261,22 +313,34 @@ def test_a_component_that_dies_stops_the_stack_and_is_named(state_dir: Path) -> 
     assert run.finish() == 1
     text = "\n".join(run.lines)
     assert "orrery-a2a up: authz was killed by SIGKILL; stopping the stack" in text
-    assert f"           full log: {state_dir / 'logs' / 'authz.log'}" in text
+    run_logs = (state_dir / "logs" / "latest").resolve()
+    assert f"           full log: {run_logs / 'authz.log'}" in text
     assert '"event":"serving"' in text  # the end of authz's log is shown
     assert not [name for name, pid in pids.items() if pid_alive(pid)]
 
 
-def test_a_component_that_fails_to_start_is_named_with_its_log(state_dir: Path) -> None:
-    """authz refusing its configuration (exit 2): named, its message shown, the issuer stopped."""
-    run = LocalStackRun.start(state_dir, {"ORRERY_A2A_RATE_LIMIT": "often"})
-    assert run.finish() == 1
+def test_up_checks_every_component_before_starting_anything(state_dir: Path) -> None:
+    """Bad variables of authz and the adapter, and replicas without shared stores: `up` lists
+    every problem at once, exits 2, and starts nothing (no component, no log directory)."""
+    run = LocalStackRun.start(
+        state_dir,
+        {
+            "ORRERY_A2A_RATE_LIMIT": "often",
+            "ORRERY_A2A_MAX_IN_FLIGHT": "0",
+            "ORRERY_A2A_REPLICAS": "2",
+            "DATABASE_URL": "",
+            "ORRERY_A2A_REDIS_URL": "",
+        },
+    )
+    assert run.finish() == 2
     text = "\n".join(run.lines)
-    assert "  authz    FAILED  exited with code 2 before it was ready" in text
-    assert "|   ORRERY_A2A_RATE_LIMIT: expected a rate like 60/minute got 'often'" in text
-    assert list(run.components) == ["issuer"]
-    (_, issuer_pid) = run.components["issuer"]
-    assert not pid_alive(issuer_pid)
-    assert run.lines[-1] == "orrery-a2a up: stopped authz (exited with code 2), issuer"
+    assert "orrery-a2a up: 4 problem(s); nothing was started" in text
+    assert "  authz:   ORRERY_A2A_RATE_LIMIT: expected a rate like 60/minute got 'often'" in text
+    assert "  adapter: ORRERY_A2A_MAX_IN_FLIGHT: must be at least 1" in text
+    assert "  adapter: DATABASE_URL: ORRERY_MULTI_REPLICA=true needs a shared store" in text
+    assert "  adapter: ORRERY_A2A_REDIS_URL: ORRERY_MULTI_REPLICA=true needs" in text
+    assert run.components == {}
+    assert not (state_dir / "logs").exists()
 
 
 def test_up_refuses_a_non_loopback_issuer(
@@ -287,3 +351,40 @@ def test_up_refuses_a_non_loopback_issuer(
     assert cli.main(["up", "--issuer", "0.0.0.0:8090"], env=env) == 2
     assert "ORRERY_A2A_ISSUER_ADDR: the dev issuer binds loopback only" in capsys.readouterr().err
     assert not (state_dir / "logs").exists()
+
+
+def test_each_run_logs_apart_and_a_failure_shows_only_its_own_run(state_dir: Path) -> None:
+    """Two runs, two log directories (`logs/latest` is the newest); the second run's adapter
+    fails at start (its database refuses connections) and the excerpt `up` prints holds only
+    lines of that run, none of the first run's adapter."""
+    first = LocalStackRun.start(state_dir)
+    assert first.wait_for("is up at")
+    (_, first_adapter) = first.components["adapter"]
+    assert first.stop() == 0
+    with socket.socket() as closed:  # bound, never listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        database = f"postgresql://orrery@127.0.0.1:{closed.getsockname()[1]}/none"
+        second = LocalStackRun.start(state_dir, {"DATABASE_URL": database})
+        assert second.finish() == 1
+    text = "\n".join(second.lines)
+    assert "  adapter  FAILED  exited with code 1 before it was ready" in text
+    excerpt = [line for line in second.lines if line.startswith("           | ")]
+    assert any('"event":"startup_failed"' in line for line in excerpt), text
+    assert not [line for line in excerpt if f'"pid":{first_adapter}' in line]
+    runs = sorted(path.name for path in (state_dir / "logs").iterdir() if path.name != "latest")
+    assert len(runs) == 2
+    assert (state_dir / "logs" / "latest").resolve().name == runs[-1]
+    assert f"full log: {state_dir / 'logs' / runs[-1] / 'adapter.log'}" in text
+
+
+def test_old_runs_logs_are_pruned_to_the_newest_ten(tmp_path: Path) -> None:
+    """`up` keeps the last ten run directories; anything else in logs/ is never touched."""
+    from stack.up import keep_recent_runs
+
+    logs = tmp_path / "logs"
+    for day in range(1, 13):
+        (logs / f"202612{day:02d}T000000Z-1").mkdir(parents=True)
+    (logs / "notes.txt").write_text("mine")
+    keep_recent_runs(logs, 10)
+    kept = sorted(path.name for path in logs.iterdir())
+    assert kept == [*(f"202612{day:02d}T000000Z-1" for day in range(3, 13)), "notes.txt"]

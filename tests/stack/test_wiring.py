@@ -71,18 +71,21 @@ def test_adapter_is_wired_to_the_same_keys_and_envoys_url() -> None:
 
 
 def test_children_inherit_the_environment_but_the_wiring_wins() -> None:
-    """User variables pass through; wired ones override; a JWKS file would conflict, so goes."""
+    """User variables pass through; wired ones override; a JWKS file would conflict and the
+    user's bearer token is none of the components' business, so both go."""
     env = child_env(
         {
             "ORRERY_A2A_RATE_LIMIT": "5/minute",
             "ORRERY_A2A_JWT_ISSUER": "https://idp",
             "ORRERY_A2A_JWKS_FILE": "/k",
+            "ORRERY_A2A_TOKEN": "a.b.c",
         },
         {"ORRERY_A2A_JWT_ISSUER": "http://127.0.0.1:8090"},
     )
     assert env["ORRERY_A2A_RATE_LIMIT"] == "5/minute"
     assert env["ORRERY_A2A_JWT_ISSUER"] == "http://127.0.0.1:8090"
     assert "ORRERY_A2A_JWKS_FILE" not in env
+    assert "ORRERY_A2A_TOKEN" not in env
     assert env["PYTHONUNBUFFERED"] == "1"
 
 
