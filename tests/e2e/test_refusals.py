@@ -49,6 +49,13 @@ def _malformed_act(edge: Edge) -> str:
     return edge.sign(claims)
 
 
+def _with_claims(edge: Edge, **claims: object) -> str:
+    """A delegated dev token of a fresh user with `claims` replaced, signed by the issuer."""
+    token_claims = edge.claims(subject=unique("user"))
+    token_claims.update(claims)
+    return edge.sign(token_claims)
+
+
 @dataclass(frozen=True)
 class Refusal:
     status: int
@@ -106,6 +113,24 @@ REFUSALS = {
         challenge=_challenge("insufficient_scope", "the token grants no recognised role"),
     ),
     "malformed act": Refusal(403, "forbidden", lambda edge: bearer(_malformed_act(edge))),
+    "blank subject": Refusal(
+        401,
+        "token_invalid",
+        lambda edge: bearer(_with_claims(edge, sub="\u3000\u00a0")),
+        challenge=_challenge("invalid_token", "token sub is missing, empty or malformed"),
+    ),
+    "lone surrogate in the subject": Refusal(
+        401,
+        "token_invalid",
+        lambda edge: bearer(_with_claims(edge, sub="\ud800")),
+        challenge=_challenge("invalid_token", "token sub is missing, empty or malformed"),
+    ),
+    "lone surrogate in the acting agent": Refusal(
+        403, "forbidden", lambda edge: bearer(_with_claims(edge, act={"sub": "\udfff"}))
+    ),
+    "bidi override in the client": Refusal(
+        403, "forbidden", lambda edge: bearer(_with_claims(edge, client_id="tneilc\u202e"))
+    ),
 }
 
 
