@@ -39,8 +39,10 @@ def derive(claims: Mapping[str, Any], surface: Surface, rules: RoleRules) -> Pri
     * Approvals surface: the token (console audience) must not carry `act`; the caller is the
       *human* who delegated.
     """
-    subject = claims["sub"]  # the token verifier guarantees a non-empty string
-    client = _optional_str(claims, "client_id") or _optional_str(claims, "azp")
+    subject = claims["sub"]  # the token verifier guarantees an identifier
+    # Both are checked: an unused azp beside client_id must be an identifier all the same.
+    client_id, azp = _optional_str(claims, "client_id"), _optional_str(claims, "azp")
+    client = client_id or azp
     kind: Kind
     agent = ""
     if surface == "approvals":
