@@ -31,6 +31,7 @@ from tests.authz.support import (
     ok_headers,
     running_authz,
 )
+from tests.base64url import respell, with_spare_bits
 
 
 async def refused(authz: RunningAuthz, token: str, reason: str = "token_invalid") -> str:
@@ -200,6 +201,44 @@ async def test_truncated_signature_is_refused(authz: RunningAuthz, issuer: Issue
     """An ES256 signature of the wrong length is refused, not padded."""
     token = issuer.token()
     assert await refused(authz, token[:-4]) == "token signature is invalid"
+
+
+def _respelled(issuer: Issuer, segment: str) -> str:
+    """A token from the issuer, signed over a second spelling of its `segment` (`header` or
+    `payload`), or with its `signature` respelled."""
+    key = issuer.key
+    header = with_spare_bits(json.dumps({"alg": key.alg, "kid": key.kid, "typ": "JWT"}))
+    payload = with_spare_bits(json.dumps(issuer.claims()))
+    head, body = b64url_encode(header.encode()), b64url_encode(payload.encode())
+    if segment == "header":
+        head = respell(head)
+    elif segment == "payload":
+        body = respell(body)
+    signature = b64url_encode(key.sign(f"{head}.{body}".encode()))
+    if segment == "signature":
+        signature = respell(signature)
+    return f"{head}.{body}.{signature}"
+
+
+async def test_canonical_spellings_are_accepted(authz: RunningAuthz, issuer: Issuer) -> None:
+    """The control for the test below: the same construction, canonical, verifies."""
+    await accepted(authz, _respelled(issuer, "none"))
+
+
+@pytest.mark.parametrize(
+    ("segment", "description"),
+    [
+        ("header", "token header is not a JSON object"),
+        ("payload", "token payload is not a JSON object"),
+        ("signature", "token signature is malformed"),
+    ],
+)
+async def test_non_canonical_base64url_is_refused(
+    authz: RunningAuthz, issuer: Issuer, segment: str, description: str
+) -> None:
+    """A segment whose last character has unused bits set is a second spelling of the same
+    bytes: refused, so one token has one spelling (its cache key, anyone's deny-list key)."""
+    assert await refused(authz, _respelled(issuer, segment)) == description
 
 
 # --- claims ----------------------------------------------------------------------------------
