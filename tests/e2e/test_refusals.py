@@ -17,6 +17,7 @@ import pytest
 
 from stack.keys import new_signing_key
 from stack.tokens import sign
+from tests.base64url import respell
 from tests.e2e.edge import JSONRPC_HEADERS, Edge, bearer, jsonrpc, unique
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
@@ -34,6 +35,12 @@ def _bad_signature(edge: Edge) -> str:
     header, payload, _ = edge.token(subject=unique("user")).split(".")
     other_signature = edge.token(subject=unique("user")).split(".")[2]
     return f"{header}.{payload}.{other_signature}"
+
+
+def _respelled_signature(edge: Edge) -> str:
+    """A valid token whose signature is written with an unused bit set (same bytes)."""
+    header, payload, signature = edge.token(subject=unique("user")).split(".")
+    return f"{header}.{payload}.{respell(signature)}"
 
 
 def _expired(edge: Edge) -> str:
@@ -88,6 +95,12 @@ REFUSALS = {
         "token_invalid",
         lambda edge: bearer(_bad_signature(edge)),
         challenge=_challenge("invalid_token", "token signature is invalid"),
+    ),
+    "second spelling of a signature": Refusal(
+        401,
+        "token_invalid",
+        lambda edge: bearer(_respelled_signature(edge)),
+        challenge=_challenge("invalid_token", "token signature is malformed"),
     ),
     "expired token": Refusal(
         401,
