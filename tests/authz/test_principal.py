@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,7 +10,16 @@ import pytest
 from authz.errors import Forbidden, InsufficientScope
 from authz.principal import PrincipalMemo, RoleRules, derive
 from contract.identity import Surface
-from tests.authz.support import CONSOLE, Issuer, RunningAuthz, adapter_verify, denied
+from tests.authz.support import (
+    CONSOLE,
+    DROP,
+    Issuer,
+    RunningAuthz,
+    adapter_verify,
+    base_env,
+    denied,
+    running_authz,
+)
 
 RULES = RoleRules(claim="roles", autonomy=(("viewer", "L1"), ("operator", "L2"), ("admin", "L3")))
 
@@ -210,6 +220,25 @@ async def test_malformed_act_is_403_through_the_service(
     """The service answers a malformed act with 403 forbidden."""
     refusal = denied(await authz.check(token=issuer.token(act={"sub": ""})))
     assert (refusal.status, refusal.reason) == (403, "forbidden")
+
+
+async def test_a_requested_scope_grants_no_role_by_default(
+    authz: RunningAuthz, issuer: Issuer
+) -> None:
+    """Without a roles claim, `scope=admin` (which a client may simply ask for) is no role: 403."""
+    token = issuer.token(sub="alice", act={"sub": "agent"}, roles=DROP, scope="openid admin")
+    refusal = denied(await authz.check(token=token))
+    assert (refusal.status, refusal.reason) == (403, "insufficient_scope")
+
+
+async def test_the_scope_fallback_is_opt_in(issuer: Issuer, jwks_file: Path) -> None:
+    """ORRERY_A2A_ROLE_SCOPE_FALLBACK=true reads roles from scope when the roles claim is absent
+    (an IdP that carries roles there and lets no client request them)."""
+    env = {**base_env(jwks_file=jwks_file), "ORRERY_A2A_ROLE_SCOPE_FALLBACK": "true"}
+    token = issuer.token(sub="alice", act={"sub": "agent"}, roles=DROP, scope="openid admin")
+    async with running_authz(env) as authz:
+        principal = adapter_verify(authz.settings.assertion_keys, await authz.check(token=token))
+    assert (principal.principal.role, principal.principal.autonomy) == ("admin", "L3")
 
 
 async def test_insufficient_scope_carries_the_rfc6750_challenge(

@@ -40,6 +40,7 @@ def test_defaults_match_the_design() -> None:
     assert settings.jwks.refresh == 300
     assert settings.roles.claim == "roles"
     assert settings.roles.autonomy == (("viewer", "L1"), ("operator", "L2"), ("admin", "L3"))
+    assert settings.roles.scope_fallback is False
     assert (settings.limits.rate, settings.limits.period, settings.limits.burst) == (60, 60, 60)
     assert settings.limits.redis_url is None
     assert settings.limits.failure_mode == "local"

@@ -57,10 +57,10 @@ def _malformed_act(edge: Edge) -> str:
 
 
 def _with_claims(edge: Edge, **claims: object) -> str:
-    """A delegated dev token of a fresh user with `claims` replaced, signed by the issuer."""
-    token_claims = edge.claims(subject=unique("user"))
-    token_claims.update(claims)
-    return edge.sign(token_claims)
+    """A delegated dev token of a fresh user with `claims` replaced (None: left out), signed by
+    the issuer."""
+    token_claims = {**edge.claims(subject=unique("user")), **claims}
+    return edge.sign({name: value for name, value in token_claims.items() if value is not None})
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,12 @@ REFUSALS = {
         403,
         "insufficient_scope",
         lambda edge: bearer(edge.token(subject=unique("user"), roles=("intern",))),
+        challenge=_challenge("insufficient_scope", "the token grants no recognised role"),
+    ),
+    "a requested admin scope, no roles": Refusal(
+        403,
+        "insufficient_scope",
+        lambda edge: bearer(_with_claims(edge, roles=None, scope="openid admin")),
         challenge=_challenge("insufficient_scope", "the token grants no recognised role"),
     ),
     "malformed act": Refusal(403, "forbidden", lambda edge: bearer(_malformed_act(edge))),
