@@ -22,10 +22,16 @@ SERVICE_MAX_AUTONOMY: Autonomy = "L2"
 
 @dataclass(frozen=True, slots=True)
 class RoleRules:
-    """Which claim carries roles, and the autonomy each recognised role grants (in order)."""
+    """Which claim carries roles, the autonomy each recognised role grants (in order), and
+    whether `scope` stands in for an absent role claim.
+
+    The fallback is off unless configured: at most identity providers a client *requests* its
+    scopes, so reading roles from `scope` would let any client ask for `admin`.
+    """
 
     claim: str
     autonomy: tuple[tuple[str, Autonomy], ...]
+    scope_fallback: bool = False
 
 
 def derive(claims: Mapping[str, Any], surface: Surface, rules: RoleRules) -> Principal:
@@ -123,7 +129,7 @@ def _acting_agent(act: Any) -> str:
 
 def _role(claims: Mapping[str, Any], rules: RoleRules) -> tuple[str, Autonomy]:
     """The recognised role with the highest autonomy (the first listed wins a tie)."""
-    name = rules.claim if rules.claim in claims else "scope"
+    name = "scope" if rules.scope_fallback and rules.claim not in claims else rules.claim
     raw = claims.get(name)
     if raw is None:
         granted: set[str] = set()

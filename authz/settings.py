@@ -112,6 +112,7 @@ class AuthzSettings:
                 autonomy=read.parsed(
                     "ORRERY_A2A_ROLE_AUTONOMY", DEFAULT_ROLE_AUTONOMY, parse_role_autonomy, ()
                 ),
+                scope_fallback=read.boolean("ORRERY_A2A_ROLE_SCOPE_FALLBACK"),
             ),
             assertion_keys=_assertion_keys(read),
             token_cache_size=read.integer("ORRERY_A2A_TOKEN_CACHE_SIZE", 10_000, maximum=1_000_000),

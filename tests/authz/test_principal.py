@@ -89,12 +89,6 @@ def claims(**overrides: Any) -> dict[str, Any]:
         ),
         pytest.param(
             "a2a",
-            claims(sub="svc-1", roles=None, scope="openid operator"),
-            ("service", "svc-1", "svc-1", "", "operator", "L2"),
-            id="roles-from-scope-when-claim-absent",
-        ),
-        pytest.param(
-            "a2a",
             claims(sub="svc-1", roles="viewer operator"),
             ("service", "svc-1", "svc-1", "", "operator", "L2"),
             id="space-separated-roles-highest-wins",
@@ -172,6 +166,27 @@ def test_client_with_control_characters_is_refused(name: str) -> None:
     """A client id with a control character is not an identifier."""
     with pytest.raises(Forbidden, match=name):
         derive(claims(**{name: "ci\u0000bot"}), "a2a", RULES)
+
+
+@pytest.mark.parametrize(
+    ("token_claims", "role"),
+    [
+        pytest.param(claims(roles=None, scope="openid operator"), "operator", id="claim-absent"),
+        pytest.param(claims(roles=["viewer"], scope="admin"), "viewer", id="claim-present-wins"),
+    ],
+)
+def test_scope_stands_in_for_an_absent_role_claim_when_configured(
+    token_claims: dict[str, Any], role: str
+) -> None:
+    """With the fallback on, `scope` is read only when the role claim is absent."""
+    rules = RoleRules(claim="roles", autonomy=RULES.autonomy, scope_fallback=True)
+    assert derive(token_claims, "a2a", rules).role == role
+
+
+def test_scope_is_no_role_without_the_fallback() -> None:
+    """By default `scope` is never read for roles."""
+    with pytest.raises(InsufficientScope):
+        derive(claims(roles=None, scope="admin"), "a2a", RULES)
 
 
 def test_custom_role_claim() -> None:
