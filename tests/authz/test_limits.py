@@ -155,6 +155,18 @@ async def test_agents_of_one_user_share_the_subject_limit(
     assert denied(await limited.check(token=second)).reason == "rate_limited"
 
 
+async def test_a_service_named_like_a_user_has_its_own_budget(
+    limited: RunningAuthz, issuer: Issuer
+) -> None:
+    """A service whose sub equals a person's never spends (or is starved by) that person's
+    budget: the kind is part of the budget's key."""
+    person = issuer.token(sub="alice", act={"sub": "agent"}, roles=["admin"])
+    service = issuer.token(sub="alice", client_id="alice", roles=["operator"])
+    await spend(limited, person, 3)
+    assert denied(await limited.check(token=person)).reason == "rate_limited"
+    await spend(limited, service, 3)
+
+
 async def test_approvals_surface_has_its_own_budget(limited: RunningAuthz, issuer: Issuer) -> None:
     """A human deciding approvals is never starved by their agents' A2A traffic."""
     agent = issuer.token(sub="alice", act={"sub": "agent"}, roles=["admin"])

@@ -245,3 +245,15 @@ async def test_the_budget_belongs_to_the_subject_and_the_surface(edge: Edge) -> 
     assert other_user.status_code == 200
     assert approvals.status_code == 404  # reached the adapter: not_found, not rate_limited
     assert approvals.json()["status"] == "not_found"
+
+
+async def test_a_service_named_like_a_user_has_a_budget_of_its_own(edge: Edge) -> None:
+    """A client-credentials token whose sub equals a person's is not limited by that person's
+    spent budget (nor could it spend it)."""
+    user = unique("user")
+    async with httpx.AsyncClient(timeout=60) as http:
+        await _exhaust(http, edge, edge.token(subject=user))
+    service = await edge.rpc(
+        edge.token("service", subject=user, client_id=user), "GetTask", {"id": "x"}
+    )
+    assert service.status_code == 200, service.text
