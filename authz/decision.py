@@ -32,7 +32,7 @@ from authz.settings import TokenRules
 from authz.tokens import TokenVerifier
 from contract import assertion
 from contract.headers import TRACEPARENT_HEADER
-from contract.identity import Principal, Surface
+from contract.identity import Kind, Principal, Surface
 from contract.tracing import trace_link
 
 # No label means the most restrictive surface (a route someone forgot to label).
@@ -121,14 +121,16 @@ class Decider:
             )
             if len(signed) > assertion.MAX_ASSERTION_BYTES:
                 raise Forbidden("the caller's identity is too large to assert")
-            await self._limiter.check(limit_key(surface, who.subject))
+            await self._limiter.check(limit_key(surface, who.kind, who.subject))
         except Denial as denial:
             return Deny(denial, surface, rid, who)
         return Allow(who, surface, rid, signed, trace_link(headers.get(TRACEPARENT_HEADER)))
 
 
 @functools.lru_cache(maxsize=4096)
-def limit_key(surface: Surface, subject: str) -> str:
-    """Budgets are per subject and per surface: `a2a:<sub>`, `approvals:<sub>`
-    (docs/contract.md#the-rate-limit-subject)."""
-    return f"{surface}:{quote(subject, safe='')}"
+def limit_key(surface: Surface, kind: Kind, subject: str) -> str:
+    """Budgets are per surface, kind and subject: `a2a:delegated:<sub>`, `a2a:service:<sub>`,
+    `approvals:human:<sub>` (docs/contract.md#the-rate-limit-subject). Two agents delegated by
+    one person share the person's budget; a service whose `sub` happens to equal a person's
+    does not."""
+    return f"{surface}:{kind}:{quote(subject, safe='')}"

@@ -195,7 +195,7 @@ async def test_two_instances_share_one_redis_limit(
         assert denied(await first.check(token=token)).reason == "rate_limited"
         assert denied(await second.check(token=token)).reason == "rate_limited"
     client = redis.Redis.from_url(redis_url)
-    key = REDIS_PREFIX + "a2a:shared"
+    key = REDIS_PREFIX + "a2a:service:shared"
     assert 0 < client.pttl(key) <= 60_000  # the key expires once the budget is full again
     client.close()
 
@@ -295,10 +295,10 @@ async def test_redis_limiter_recovers_after_the_retry_interval(
     client = redis.Redis.from_url(redis_url)
     async with running_authz(env) as authz:
         await spend(authz, issuer.token(sub="before"), 1)
-        assert client.exists(REDIS_PREFIX + "a2a:before")
+        assert client.exists(REDIS_PREFIX + "a2a:service:before")
         proxy.set_mode("refuse")
         await spend(authz, issuer.token(sub="during"), 1)
-        assert not client.exists(REDIS_PREFIX + "a2a:during")
+        assert not client.exists(REDIS_PREFIX + "a2a:service:during")
         proxy.set_mode("up")
 
         attempts = iter(range(10_000))
@@ -306,7 +306,7 @@ async def test_redis_limiter_recovers_after_the_retry_interval(
         async def back_on_redis() -> bool:
             subject = f"after-{next(attempts)}"
             await spend(authz, issuer.token(sub=subject), 1)
-            return bool(client.exists(REDIS_PREFIX + "a2a:" + subject))
+            return bool(client.exists(REDIS_PREFIX + "a2a:service:" + subject))
 
         await eventually(back_on_redis)
     client.close()
