@@ -27,7 +27,7 @@ from urllib.parse import quote
 from authz import credentials
 from authz.errors import Denial, Forbidden
 from authz.limits import Limiter
-from authz.principal import PrincipalMemo, RoleRules
+from authz.principal import PrincipalMemo, RoleRules, SurfaceRules
 from authz.settings import TokenRules
 from authz.tokens import TokenVerifier
 from contract import assertion
@@ -92,7 +92,8 @@ class Decider:
             "approvals": rules.console_audience,
         }
         self._verifier = verifier
-        self._principals = PrincipalMemo(roles, memo_size)
+        surfaces = SurfaceRules(rules.audience, rules.console_audience, rules.console_clients)
+        self._principals = PrincipalMemo(roles, surfaces, memo_size)
         self._limiter = limiter
         self._assertion_keys = assertion_keys
         self._clock = clock

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from authz.principal import RoleRules
 from contract.assertion import AssertionKeys
-from contract.identity import DEFAULT_ROLE_AUTONOMY, parse_role_autonomy
+from contract.identity import DEFAULT_ROLE_AUTONOMY, is_identifier, parse_role_autonomy
 from runtime.env import EnvReader, is_loopback_url
 
 # Asymmetric JWS algorithms we can verify (RFC 7518 §3, RFC 8037). HMAC and `none` are absent on
@@ -46,6 +46,8 @@ class TokenRules:
     algorithms: frozenset[str]
     max_lifetime: int
     leeway: int = LEEWAY_SECONDS
+    # The OAuth clients a person decides approvals through; none: nobody is a human.
+    console_clients: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +141,9 @@ def _token_rules(read: EnvReader) -> TokenRules:
             "ORRERY_A2A_JWT_ALGORITHMS", DEFAULT_ALGORITHMS, parse_algorithms, frozenset()
         ),
         max_lifetime=int(lifetime),
+        console_clients=read.parsed(
+            "ORRERY_CONSOLE_CLIENTS", "", parse_console_clients, frozenset()
+        ),
     )
 
 
@@ -208,6 +213,20 @@ def parse_algorithms(text: str) -> frozenset[str]:
     if not names:
         raise ValueError("no algorithms listed")
     return frozenset(names)
+
+
+def parse_console_clients(text: str) -> frozenset[str]:
+    """`console[,admin-ui…]`: the client ids (`client_id` / `azp`) of the console apps."""
+    clients = frozenset(name.strip() for name in text.split(",") if name.strip())
+    if not clients:
+        raise ValueError(
+            "is required: the client ids of the console apps through which people decide"
+            " approvals (client_id / azp)"
+        )
+    bad = sorted(name for name in clients if not is_identifier(name))
+    if bad:
+        raise ValueError(f"not client ids: {', '.join(map(repr, bad))}")
+    return clients
 
 
 def parse_rate(text: str) -> tuple[int, int]:

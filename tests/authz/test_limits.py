@@ -14,6 +14,8 @@ from envoy.service.auth.v3.external_auth_pb2 import CheckRequest
 from authz.limits import REDIS_PREFIX, LocalLimiter
 from authz.settings import RateLimitSettings
 from tests.authz.support import (
+    CONSOLE,
+    CONSOLE_CLIENT,
     Issuer,
     RedisProxy,
     RunningAuthz,
@@ -170,7 +172,7 @@ async def test_a_service_named_like_a_user_has_its_own_budget(
 async def test_approvals_surface_has_its_own_budget(limited: RunningAuthz, issuer: Issuer) -> None:
     """A human deciding approvals is never starved by their agents' A2A traffic."""
     agent = issuer.token(sub="alice", act={"sub": "agent"}, roles=["admin"])
-    human = issuer.token(sub="alice", aud="orrery-console", roles=["admin"])
+    human = issuer.token(sub="alice", aud=CONSOLE, client_id=CONSOLE_CLIENT, roles=["admin"])
     await spend(limited, agent, 3)
     assert denied(await limited.check(token=agent)).reason == "rate_limited"
     await spend(limited, human, 1, surface="approvals")
