@@ -7,6 +7,8 @@ Names (all prefixed `orrery_authz_`):
 * `check_duration_seconds` — histogram of the time spent inside Check (decision + response).
 * `token_cache_total{result}` — `hit`/`miss` of the verified-token cache; hit ratio =
   `rate(…{result="hit"}[5m]) / rate(…[5m])` summed over results.
+* `token_refusals_remembered_total` — bad signatures and expired tokens refused again from
+  memory, without another signature check (a repeated forgery shows up here).
 * `jwks_refresh_total{outcome}` — `updated`/`unchanged`/`error` for every key-set load;
   `jwks_keys` — keys currently loaded; `jwks_usable` — 1 while usable keys are loaded.
 * `ratelimit_evictions_total` — live in-process budgets forgotten because the subject bound was
@@ -63,6 +65,12 @@ class Metrics:
             "token_cache",
             "Verified-token cache lookups by result.",
             ["result"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.token_refusals_remembered = Counter(
+            "token_refusals_remembered",
+            "Token refusals answered from memory instead of another signature check.",
             namespace=NAMESPACE,
             registry=r,
         )
