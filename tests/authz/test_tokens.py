@@ -123,6 +123,14 @@ async def test_key_reference_and_crit_headers_are_refused(
     )
 
 
+@pytest.mark.parametrize("b64", [False, True, 0, "false"])
+async def test_a_b64_header_is_refused(authz: RunningAuthz, issuer: Issuer, b64: Any) -> None:
+    """RFC 7797 `b64` changes what is signed; we never take it, whatever its value (PyJWT
+    refuses `false` without `crit`; the differential test found ours accepting it)."""
+    token = issuer.token(header={"b64": b64})
+    assert await refused(authz, token) == "token header carries an unsupported parameter"
+
+
 async def test_unknown_kid_is_refused(authz: RunningAuthz, issuer: Issuer) -> None:
     """A kid that is not in the JWKS is 401 unknown_key."""
     stranger = SigningKey.generate("ES256", kid="not-published")
@@ -347,6 +355,15 @@ async def test_sub_with_control_characters_is_refused(
 ) -> None:
     """A sub with a control character (NUL cannot even be stored) is not an identifier."""
     assert await refused(authz, issuer.token(sub=sub)) == "token sub is missing, empty or malformed"
+
+
+@pytest.mark.parametrize("jti", [1, None, ["id"], {"id": "x"}, True])
+async def test_a_jti_that_is_not_a_string_is_refused(
+    authz: RunningAuthz, issuer: Issuer, jti: Any
+) -> None:
+    """RFC 7519 §4.1.7: jti is a string when present (found by the differential test: PyJWT
+    refuses these, ours accepted them)."""
+    assert await refused(authz, issuer.token(jti=jti)) == "token jti is not a string"
 
 
 async def test_nan_in_payload_is_refused(authz: RunningAuthz, issuer: Issuer) -> None:
