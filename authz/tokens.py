@@ -46,6 +46,9 @@ from contract.jose import b64url_decode, json_object_segment
 # Header parameters that would let a token choose its own key or demand extensions we do not
 # implement (RFC 7515 §4.1). Keys come only from the configured JWKS.
 FORBIDDEN_HEADER_PARAMETERS = frozenset({"jwk", "jku", "x5u", "x5c", "crit"})
+# RFC 7797 `b64` changes what the signature covers; a verifier that ignores it and one that
+# honours it disagree about what was signed, so it is refused whatever its value.
+UNSUPPORTED_HEADER_PARAMETERS = frozenset({"b64"})
 # RFC 7515 §4.1.9 / RFC 9068 §2.1: media types compare case-insensitively, "application/" optional.
 ACCEPTED_TYP = frozenset({"jwt", "at+jwt", "application/jwt", "application/at+jwt"})
 
@@ -198,6 +201,8 @@ class TokenVerifier:
             raise InvalidToken("token algorithm is not allowed")
         if not FORBIDDEN_HEADER_PARAMETERS.isdisjoint(header):
             raise InvalidToken("token header carries a key reference or critical extension")
+        if not UNSUPPORTED_HEADER_PARAMETERS.isdisjoint(header):
+            raise InvalidToken("token header carries an unsupported parameter")
         typ = header.get("typ")
         if typ is not None and (not isinstance(typ, str) or typ.lower() not in ACCEPTED_TYP):
             raise InvalidToken("token typ is not accepted")
@@ -261,6 +266,8 @@ class TokenVerifier:
         sub = claims.get("sub")
         if not is_identifier(sub):
             raise InvalidToken("token sub is missing, empty or malformed")
+        if "jti" in claims and not isinstance(claims["jti"], str):  # RFC 7519 §4.1.7
+            raise InvalidToken("token jti is not a string")
         # Without iat, measure the remaining lifetime: a token must never be good for longer.
         start = now if issued_at is None else issued_at
         if expires_at - start > rules.max_lifetime:

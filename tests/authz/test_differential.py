@@ -461,6 +461,7 @@ DIFFERENCES: dict[str, dict[str, Any]] = {
     "crit naming b64": {"header": {"crit": ["b64"], "b64": True}},
     "b64 without crit": {"header": {"b64": 0}},
     "padded segments": {"spelling": "padding"},
+    "a token over 8 KiB": {"claims": {"pad": "x" * 9000}},
 }
 
 
