@@ -12,7 +12,7 @@ Names (all prefixed `orrery_authz_`):
 * `jwks_refresh_total{outcome}` — `updated`/`unchanged`/`error` for every key-set load;
   `jwks_keys` — keys currently loaded; `jwks_usable` — 1 while usable keys are loaded.
 * `ratelimit_evictions_total` — live in-process budgets forgotten because the subject bound was
-  reached; `ratelimit_redis_up` — 0 while the Redis limiter is bypassed after a failure.
+  reached; `ratelimit_redis_up` — 0 while Checks use the fallback instead of Redis.
 
 With `--workers N` each worker writes to a shared directory (prometheus_client multiprocess mode)
 and the parent serves the sum; gauges then report the minimum across workers.
@@ -99,7 +99,7 @@ class Metrics:
         )
         self.ratelimit_redis_up = Gauge(
             "ratelimit_redis_up",
-            "0 while the Redis limiter is bypassed after a failure.",
+            "0 while Checks use the fallback limit instead of Redis.",
             multiprocess_mode="min",
             namespace=NAMESPACE,
             registry=r,

@@ -196,7 +196,7 @@ def _rate_limit_settings(read: EnvReader) -> RateLimitSettings:
         ),
         redis_url=redis_url,
         redis_timeout=read.seconds("ORRERY_A2A_REDIS_TIMEOUT", "100ms", minimum=0.001),
-        redis_retry=read.seconds("ORRERY_A2A_REDIS_RETRY", "5s", minimum=0.01),
+        redis_retry=read.seconds("ORRERY_A2A_REDIS_RETRY", "1s", minimum=0.01),
         failure_mode="deny" if mode == "deny" else "local",
     )
 

@@ -45,6 +45,7 @@ def test_defaults_match_the_design() -> None:
     assert (settings.limits.rate, settings.limits.period, settings.limits.burst) == (60, 60, 60)
     assert settings.limits.redis_url is None
     assert settings.limits.failure_mode == "local"
+    assert settings.limits.redis_retry == 1.0
 
 
 @pytest.mark.parametrize("value", ["<unset>", "", " , "])
