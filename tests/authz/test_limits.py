@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 import pytest
 import redis
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest
@@ -32,6 +31,7 @@ from tests.authz.support import (
     running_authz,
 )
 from tests.conftest import services_required
+from tests.metrics import metric
 
 
 def limit_settings(rate: int = 3, period: int = 60, **overrides: object) -> RateLimitSettings:
@@ -385,12 +385,7 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
 
 
 async def redis_up_gauge(authz: RunningAuthz) -> float:
-    async with httpx.AsyncClient(timeout=30) as http:
-        text = (await http.get(f"http://{authz.bound.metrics}/metrics")).text
-    (line,) = [
-        line for line in text.splitlines() if line.startswith("orrery_authz_ratelimit_redis_up ")
-    ]
-    return float(line.split()[1])
+    return await metric(f"http://{authz.bound.metrics}/metrics", "orrery_authz_ratelimit_redis_up")
 
 
 def redis_events(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -15,9 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from authz import tokens
 from authz.errors import InvalidToken, TokenExpired
@@ -37,6 +35,7 @@ from tests.authz.support import (
     ok_headers,
     running_authz,
 )
+from tests.metrics import metric
 
 
 @pytest.fixture
@@ -86,18 +85,10 @@ async def test_remembered_refusals_are_counted(authz: RunningAuthz, issuer: Issu
     token = forged(issuer)
     for _ in range(3):
         denied(await authz.check(token=token))
-    assert await _metric(authz, "orrery_authz_token_refusals_remembered_total") == 2
-
-
-async def _metric(authz: RunningAuthz, name: str) -> float:
-    async with httpx.AsyncClient(timeout=30) as http:
-        text = (await http.get(f"http://{authz.bound.metrics}/metrics")).text
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name
+    remembered = await metric(
+        f"http://{authz.bound.metrics}/metrics", "orrery_authz_token_refusals_remembered_total"
     )
+    assert remembered == 2
 
 
 async def test_a_key_rotated_in_makes_a_remembered_token_good(

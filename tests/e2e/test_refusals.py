@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from stack.keys import new_signing_key
 from stack.tokens import sign
@@ -263,21 +262,10 @@ async def test_a_service_named_like_a_user_has_a_budget_of_its_own(edge: Edge) -
 async def test_a_repeated_forgery_is_refused_from_memory(edge: Edge) -> None:
     """The same badly signed token three times through Envoy: three 401s, and authz answers the
     last two from its memory of refusals instead of checking the signature again."""
-    metrics = f"http://{edge.component('authz').details['metrics']}/metrics"
-
-    async def remembered() -> float:
-        async with httpx.AsyncClient(timeout=30) as http:
-            text = (await http.get(metrics)).text
-        return sum(
-            sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == "orrery_authz_token_refusals_remembered_total"
-        )
-
+    remembered = "orrery_authz_token_refusals_remembered_total"
     token = _bad_signature(edge)
-    before = await remembered()
+    before = await edge.authz_metric(remembered)
     for _ in range(3):
         response = await edge.rpc(token, "GetTask", {"id": "x"})
         assert (response.status_code, response.json()["error"]) == (401, "token_invalid")
-    assert await remembered() == before + 2
+    assert await edge.authz_metric(remembered) == before + 2
