@@ -27,12 +27,12 @@ from urllib.parse import quote
 from authz import credentials
 from authz.errors import Denial, Forbidden
 from authz.limits import Limiter
-from authz.principal import PrincipalMemo, RoleRules
+from authz.principal import PrincipalMemo, RoleRules, SurfaceRules
 from authz.settings import TokenRules
 from authz.tokens import TokenVerifier
 from contract import assertion
 from contract.headers import TRACEPARENT_HEADER
-from contract.identity import Principal, Surface
+from contract.identity import Kind, Principal, Surface
 from contract.tracing import trace_link
 
 # No label means the most restrictive surface (a route someone forgot to label).
@@ -92,7 +92,8 @@ class Decider:
             "approvals": rules.console_audience,
         }
         self._verifier = verifier
-        self._principals = PrincipalMemo(roles, memo_size)
+        surfaces = SurfaceRules(rules.audience, rules.console_audience, rules.console_clients)
+        self._principals = PrincipalMemo(roles, surfaces, memo_size)
         self._limiter = limiter
         self._assertion_keys = assertion_keys
         self._clock = clock
@@ -121,14 +122,16 @@ class Decider:
             )
             if len(signed) > assertion.MAX_ASSERTION_BYTES:
                 raise Forbidden("the caller's identity is too large to assert")
-            await self._limiter.check(limit_key(surface, who.subject))
+            await self._limiter.check(limit_key(surface, who.kind, who.subject))
         except Denial as denial:
             return Deny(denial, surface, rid, who)
         return Allow(who, surface, rid, signed, trace_link(headers.get(TRACEPARENT_HEADER)))
 
 
 @functools.lru_cache(maxsize=4096)
-def limit_key(surface: Surface, subject: str) -> str:
-    """Budgets are per subject and per surface: `a2a:<sub>`, `approvals:<sub>`
-    (docs/contract.md#the-rate-limit-subject)."""
-    return f"{surface}:{quote(subject, safe='')}"
+def limit_key(surface: Surface, kind: Kind, subject: str) -> str:
+    """Budgets are per surface, kind and subject: `a2a:delegated:<sub>`, `a2a:service:<sub>`,
+    `approvals:human:<sub>` (docs/contract.md#the-rate-limit-subject). Two agents delegated by
+    one person share the person's budget; a service whose `sub` happens to equal a person's
+    does not."""
+    return f"{surface}:{kind}:{quote(subject, safe='')}"

@@ -65,6 +65,10 @@ class InvalidToken(Unauthenticated):
     reason = "token_invalid"
 
 
+class BadSignature(InvalidToken):
+    """The signature does not verify under the key published for the token's `kid`."""
+
+
 class TokenExpired(InvalidToken):
     reason = "token_expired"
 

@@ -15,15 +15,25 @@ One number per subject makes both stores simple:
   its budget is full again, so Redis memory is bounded by the live subjects.
 
 When Redis cannot answer within `redis_timeout` (refused, reset, or a server that accepts but
-never replies), `Limiter` opens a breaker for `redis_retry` seconds and, by default, enforces the
-same limit with the in-process limiter: each replica then enforces the limit on its own, a bound
-of replicas times the limit — never unlimited, and never a wait beyond the timeout. With failure
-mode `deny` it refuses with 503 `limiter_unavailable` instead.
+never replies), `Limiter` stops sending Checks to it and, by default, enforces the same limit
+with the in-process limiter: each replica then enforces the limit on its own, a bound of
+replicas times the limit — never unlimited, and never a wait beyond the timeout. With failure
+mode `deny` it refuses with 503 `limiter_unavailable` instead. Meanwhile a background probe
+PINGs Redis every `redis_retry` seconds, and the first answer puts Checks back on Redis.
+
+Two things make the return prompt and lasting. A connection that broke while no Check used it
+(Redis restarted) is retried once on a fresh connection within the same deadline, so it is never
+mistaken for an outage. And when Redis does fail, every pooled connection is dropped: each is
+suspect, and one left behind would fail the first Check to draw it after the recovery — which
+is how the limiter used to flap back to its fallback, one dead connection per retry period,
+while it reported Redis up. The `redis_up` gauge and the `ratelimit_redis_unavailable` /
+`ratelimit_redis_recovered` events change exactly when the limiter switches.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -124,7 +134,9 @@ class RedisLimiter:
             settings.redis_url,
             socket_timeout=settings.redis_timeout,
             socket_connect_timeout=settings.redis_timeout,
-            retry=Retry(NoBackoff(), 0),  # a retry would double the time we may spend
+            # One retry on a fresh connection: a pooled one may have died with a restarted
+            # Redis. The deadline in `take` bounds both attempts together.
+            retry=Retry(NoBackoff(), 1),
             max_connections=256,
             health_check_interval=0,
         )
@@ -137,8 +149,21 @@ class RedisLimiter:
             )
         return Quota(bool(allowed), int(remaining), int(retry_us) / 1_000_000)
 
+    async def ping(self) -> None:
+        """Raise unless Redis answers a PING within the timeout."""
+        async with asyncio.timeout(self._timeout):
+            await self._redis.ping()
+
+    async def drop_connections(self) -> None:
+        """Close every pooled connection (in use or not); the next command connects afresh."""
+        await self._redis.connection_pool.disconnect()
+
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+# What a Redis that cannot answer raises (refused, reset, closed, timed out).
+REDIS_FAILURES = (RedisError, OSError, TimeoutError)
 
 
 class Limiter:
@@ -153,12 +178,11 @@ class Limiter:
         on_redis: Callable[[bool], None] = lambda up: None,
     ) -> None:
         self._settings = settings
-        self._clock = clock
         self._local = LocalLimiter(settings, clock=clock, on_evict=on_evict)
         self._redis = RedisLimiter(settings) if settings.redis_url else None
         self._on_redis = on_redis
-        self._redis_down_until = 0.0
         self._redis_up = True
+        self._probe: asyncio.Task[None] | None = None
 
     async def check(self, key: str) -> None:
         """Take one request from `key`'s budget or raise `RateLimited` / `LimiterUnavailable`."""
@@ -172,35 +196,51 @@ class Limiter:
     async def _take(self, key: str) -> Quota:
         if self._redis is None:
             return self._local.take(key)
-        if self._clock() >= self._redis_down_until:
+        if self._redis_up:
             try:
-                quota = await self._redis.take(key)
-            except (RedisError, OSError, TimeoutError) as exc:
-                self._redis_failed(exc)
-            else:
-                if not self._redis_up:
-                    self._redis_up = True
-                    self._on_redis(True)
-                    logs.event(logger, "ratelimit_redis_recovered")
-                return quota
+                return await self._redis.take(key)
+            except REDIS_FAILURES as exc:
+                self._redis_failed(self._redis, exc)
         if self._settings.failure_mode == "deny":
             raise LimiterUnavailable("the shared rate limiter is unavailable")
         return self._local.take(key)
 
-    def _redis_failed(self, exc: BaseException) -> None:
-        self._redis_down_until = self._clock() + self._settings.redis_retry
-        if self._redis_up:
-            self._redis_up = False
-            self._on_redis(False)
-            logs.event(
-                logger,
-                "ratelimit_redis_unavailable",
-                logging.WARNING,
-                error_type=type(exc).__name__,
-                fallback=self._settings.failure_mode,
-                retry_in_s=self._settings.redis_retry,
-            )
+    def _redis_failed(self, redis: RedisLimiter, exc: BaseException) -> None:
+        """Stop using Redis (once, however many Checks fail at once) and start probing it."""
+        if not self._redis_up:
+            return
+        self._redis_up = False
+        self._on_redis(False)
+        logs.event(
+            logger,
+            "ratelimit_redis_unavailable",
+            logging.WARNING,
+            error_type=type(exc).__name__,
+            fallback=self._settings.failure_mode,
+            retry_in_s=self._settings.redis_retry,
+        )
+        self._probe = asyncio.create_task(self._probe_until_up(redis), name="ratelimit-probe")
+
+    async def _probe_until_up(self, redis: RedisLimiter) -> None:
+        """Drop the pool, then PING every `redis_retry` until Redis answers; then use it again."""
+        while True:
+            try:
+                await redis.drop_connections()
+                await redis.ping()
+                break
+            except REDIS_FAILURES:
+                pass
+            except Exception:  # a bug must not leave the limiter on its fallback for good
+                logger.exception("ratelimit_probe_bug")
+            await asyncio.sleep(self._settings.redis_retry)
+        self._redis_up = True
+        self._on_redis(True)
+        logs.event(logger, "ratelimit_redis_recovered")
 
     async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe
         if self._redis is not None:
             await self._redis.close()

@@ -7,10 +7,12 @@ Names (all prefixed `orrery_authz_`):
 * `check_duration_seconds` — histogram of the time spent inside Check (decision + response).
 * `token_cache_total{result}` — `hit`/`miss` of the verified-token cache; hit ratio =
   `rate(…{result="hit"}[5m]) / rate(…[5m])` summed over results.
+* `token_refusals_remembered_total` — bad signatures and expired tokens refused again from
+  memory, without another signature check (a repeated forgery shows up here).
 * `jwks_refresh_total{outcome}` — `updated`/`unchanged`/`error` for every key-set load;
   `jwks_keys` — keys currently loaded; `jwks_usable` — 1 while usable keys are loaded.
 * `ratelimit_evictions_total` — live in-process budgets forgotten because the subject bound was
-  reached; `ratelimit_redis_up` — 0 while the Redis limiter is bypassed after a failure.
+  reached; `ratelimit_redis_up` — 0 while Checks use the fallback instead of Redis.
 
 With `--workers N` each worker writes to a shared directory (prometheus_client multiprocess mode)
 and the parent serves the sum; gauges then report the minimum across workers.
@@ -66,6 +68,12 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.token_refusals_remembered = Counter(
+            "token_refusals_remembered",
+            "Token refusals answered from memory instead of another signature check.",
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.jwks_refresh = Counter(
             "jwks_refresh", "JWKS loads by outcome.", ["outcome"], namespace=NAMESPACE, registry=r
         )
@@ -91,7 +99,7 @@ class Metrics:
         )
         self.ratelimit_redis_up = Gauge(
             "ratelimit_redis_up",
-            "0 while the Redis limiter is bypassed after a failure.",
+            "0 while Checks use the fallback limit instead of Redis.",
             multiprocess_mode="min",
             namespace=NAMESPACE,
             registry=r,

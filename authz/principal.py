@@ -22,30 +22,55 @@ SERVICE_MAX_AUTONOMY: Autonomy = "L2"
 
 @dataclass(frozen=True, slots=True)
 class RoleRules:
-    """Which claim carries roles, and the autonomy each recognised role grants (in order)."""
+    """Which claim carries roles, the autonomy each recognised role grants (in order), and
+    whether `scope` stands in for an absent role claim.
+
+    The fallback is off unless configured: at most identity providers a client *requests* its
+    scopes, so reading roles from `scope` would let any client ask for `admin`.
+    """
 
     claim: str
     autonomy: tuple[tuple[str, Autonomy], ...]
+    scope_fallback: bool = False
 
 
-def derive(claims: Mapping[str, Any], surface: Surface, rules: RoleRules) -> Principal:
+@dataclass(frozen=True, slots=True)
+class SurfaceRules:
+    """What keeps the callers of the two surfaces apart: each surface's token audience, and the
+    OAuth clients through which a person decides approvals (`ORRERY_CONSOLE_CLIENTS`)."""
+
+    audience: str
+    console_audience: str
+    console_clients: frozenset[str]
+
+
+def derive(
+    claims: Mapping[str, Any], surface: Surface, rules: RoleRules, surfaces: SurfaceRules
+) -> Principal:
     """Turn the claims of a verified token into the caller's principal, or raise a 403 `Denial`.
 
+    * Either surface: a token whose `aud` names both audiences is refused — it is for one kind
+      of caller or the other, never both (docs/contract.md#who-is-a-human).
     * A2A surface: a verified RFC 8693 `act` makes the caller *delegated* (`act.sub` is the acting
       agent, the outermost `act` the current one; `sub` the delegating user); without `act` it is a
       *service* (`sub` is the client). A malformed `act` is refused, never read as "no `act`",
       which would quietly turn a delegated caller into a service. `may_act` is only a permission
       to delegate and never makes a principal delegated.
-    * Approvals surface: the token (console audience) must not carry `act`; the caller is the
-      *human* who delegated.
+    * Approvals surface: the caller is the *human* who delegated, only if the token was issued to
+      a console client for a person (`_check_human`).
     """
-    subject = claims["sub"]  # the token verifier guarantees a non-empty string
-    client = _optional_str(claims, "client_id") or _optional_str(claims, "azp")
+    subject = claims["sub"]  # the token verifier guarantees an identifier
+    # Both are checked: an unused azp beside client_id must be an identifier all the same.
+    client_id, azp = _optional_str(claims, "client_id"), _optional_str(claims, "azp")
+    client = client_id or azp
+    aud = claims["aud"]  # the verifier guarantees a string or a list of strings
+    audiences = {aud} if isinstance(aud, str) else set(aud)
+    if surfaces.audience in audiences and surfaces.console_audience in audiences:
+        raise Forbidden("the token is for both the A2A and the console audience")
     kind: Kind
     agent = ""
     if surface == "approvals":
-        if "act" in claims:
-            raise Forbidden("a delegated token cannot act on the approvals surface")
+        _check_human(claims, subject, (client_id, azp), surfaces.console_clients)
         kind = "human"
     elif "act" in claims:
         agent = _acting_agent(claims["act"])
@@ -61,6 +86,29 @@ def derive(claims: Mapping[str, Any], surface: Surface, rules: RoleRules) -> Pri
     )
 
 
+def _check_human(
+    claims: Mapping[str, Any],
+    subject: str,
+    clients: tuple[str, str],
+    console_clients: frozenset[str],
+) -> None:
+    """A console-audience token is a person's only when a console client got it for a person.
+
+    The audience alone is not enough: an identity provider may issue the console audience to
+    an agent's client (client credentials, token exchange, impersonation), and that agent could
+    then approve its own guarded action. So: no `act` (an agent never decides); every client the
+    token names (`client_id`, `azp`; at least one) is a configured console client; and `sub` is
+    not a client's own id (a client-credentials token names the client as its subject).
+    """
+    if "act" in claims:
+        raise Forbidden("a delegated token cannot act on the approvals surface")
+    named = [client for client in clients if client]
+    if not named or not console_clients.issuperset(named):
+        raise Forbidden("the token was not issued to a console client")
+    if subject in named or subject in console_clients:
+        raise Forbidden("a client's own token is not a person's")
+
+
 class PrincipalMemo:
     """Principals already derived, by surface and bearer token, so that a token the verifier has
     cached is not re-derived on every Check.
@@ -72,8 +120,9 @@ class PrincipalMemo:
     remembered (it is raised again, as cheaply, next time).
     """
 
-    def __init__(self, rules: RoleRules, size: int) -> None:
+    def __init__(self, rules: RoleRules, surfaces: SurfaceRules, size: int) -> None:
         self._rules = rules
+        self._surfaces = surfaces
         self._size = size
         self._entries: Mapping[Surface, dict[str, Principal]] = {"a2a": {}, "approvals": {}}
 
@@ -83,7 +132,7 @@ class PrincipalMemo:
         entries = self._entries[surface]
         who = entries.get(token)
         if who is None:
-            who = derive(claims, surface, self._rules)
+            who = derive(claims, surface, self._rules, self._surfaces)
             if self._size > 0:
                 if len(entries) >= self._size:
                     del entries[next(iter(entries))]
@@ -121,7 +170,7 @@ def _acting_agent(act: Any) -> str:
 
 def _role(claims: Mapping[str, Any], rules: RoleRules) -> tuple[str, Autonomy]:
     """The recognised role with the highest autonomy (the first listed wins a tie)."""
-    name = rules.claim if rules.claim in claims else "scope"
+    name = "scope" if rules.scope_fallback and rules.claim not in claims else rules.claim
     raw = claims.get(name)
     if raw is None:
         granted: set[str] = set()

@@ -171,7 +171,11 @@ async def serve(
         settings.limits, on_evict=metrics.ratelimit_evictions.inc, on_redis=metrics.redis_state
     )
     verifier = TokenVerifier(
-        settings.tokens, keys, cache_size=settings.token_cache_size, on_cache=metrics.cache_lookup
+        settings.tokens,
+        keys,
+        cache_size=settings.token_cache_size,
+        on_cache=metrics.cache_lookup,
+        on_remembered_refusal=metrics.token_refusals_remembered.inc,
     )
     decider = Decider(
         settings.tokens,

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from authz.principal import RoleRules
 from contract.assertion import AssertionKeys
-from contract.identity import DEFAULT_ROLE_AUTONOMY, parse_role_autonomy
+from contract.identity import DEFAULT_ROLE_AUTONOMY, is_identifier, parse_role_autonomy
 from runtime.env import EnvReader, is_loopback_url
 
 # Asymmetric JWS algorithms we can verify (RFC 7518 §3, RFC 8037). HMAC and `none` are absent on
@@ -46,6 +46,8 @@ class TokenRules:
     algorithms: frozenset[str]
     max_lifetime: int
     leeway: int = LEEWAY_SECONDS
+    # The OAuth clients a person decides approvals through; none: nobody is a human.
+    console_clients: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,7 @@ class AuthzSettings:
                 autonomy=read.parsed(
                     "ORRERY_A2A_ROLE_AUTONOMY", DEFAULT_ROLE_AUTONOMY, parse_role_autonomy, ()
                 ),
+                scope_fallback=read.boolean("ORRERY_A2A_ROLE_SCOPE_FALLBACK"),
             ),
             assertion_keys=_assertion_keys(read),
             token_cache_size=read.integer("ORRERY_A2A_TOKEN_CACHE_SIZE", 10_000, maximum=1_000_000),
@@ -138,6 +141,9 @@ def _token_rules(read: EnvReader) -> TokenRules:
             "ORRERY_A2A_JWT_ALGORITHMS", DEFAULT_ALGORITHMS, parse_algorithms, frozenset()
         ),
         max_lifetime=int(lifetime),
+        console_clients=read.parsed(
+            "ORRERY_CONSOLE_CLIENTS", "", parse_console_clients, frozenset()
+        ),
     )
 
 
@@ -190,7 +196,7 @@ def _rate_limit_settings(read: EnvReader) -> RateLimitSettings:
         ),
         redis_url=redis_url,
         redis_timeout=read.seconds("ORRERY_A2A_REDIS_TIMEOUT", "100ms", minimum=0.001),
-        redis_retry=read.seconds("ORRERY_A2A_REDIS_RETRY", "5s", minimum=0.01),
+        redis_retry=read.seconds("ORRERY_A2A_REDIS_RETRY", "1s", minimum=0.01),
         failure_mode="deny" if mode == "deny" else "local",
     )
 
@@ -207,6 +213,20 @@ def parse_algorithms(text: str) -> frozenset[str]:
     if not names:
         raise ValueError("no algorithms listed")
     return frozenset(names)
+
+
+def parse_console_clients(text: str) -> frozenset[str]:
+    """`console[,admin-ui…]`: the client ids (`client_id` / `azp`) of the console apps."""
+    clients = frozenset(name.strip() for name in text.split(",") if name.strip())
+    if not clients:
+        raise ValueError(
+            "is required: the client ids of the console apps through which people decide"
+            " approvals (client_id / azp)"
+        )
+    bad = sorted(name for name in clients if not is_identifier(name))
+    if bad:
+        raise ValueError(f"not client ids: {', '.join(map(repr, bad))}")
+    return clients
 
 
 def parse_rate(text: str) -> tuple[int, int]:

@@ -10,11 +10,18 @@ before any key is touched, verifies the signature with `cryptography` using the 
 Verified tokens are cached, keyed by the token, until `exp`. A cache hit re-checks the time
 claims (the clock moved) and that the token's key is still the one published under its `kid`;
 a key that left the JWKS (or was replaced) drops the entry, so revocation by key rotation works.
+
+Refusals that no later moment can undo — a bad signature, an expired token — are remembered too,
+briefly and boundedly, keyed by a hash of the token: a forged token with a published `kid`, sent
+again and again, then costs a lookup instead of a signature check each time. A remembered refusal
+holds only while the key chosen for the token is the very key that refused it, so a key rotated
+in under that `kid` makes a good token good at once.
 """
 
 from __future__ import annotations
 
 import binascii
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +31,13 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
-from authz.errors import InvalidToken, KeysUnavailable, TokenExpired, TokenNotYetValid
+from authz.errors import (
+    BadSignature,
+    InvalidToken,
+    KeysUnavailable,
+    TokenExpired,
+    TokenNotYetValid,
+)
 from authz.jwks import KeySet, KeyStore, VerificationKey
 from authz.settings import TokenRules
 from contract.identity import is_identifier
@@ -33,6 +46,9 @@ from contract.jose import b64url_decode, json_object_segment
 # Header parameters that would let a token choose its own key or demand extensions we do not
 # implement (RFC 7515 §4.1). Keys come only from the configured JWKS.
 FORBIDDEN_HEADER_PARAMETERS = frozenset({"jwk", "jku", "x5u", "x5c", "crit"})
+# RFC 7797 `b64` changes what the signature covers; a verifier that ignores it and one that
+# honours it disagree about what was signed, so it is refused whatever its value.
+UNSUPPORTED_HEADER_PARAMETERS = frozenset({"b64"})
 # RFC 7515 §4.1.9 / RFC 9068 §2.1: media types compare case-insensitively, "application/" optional.
 ACCEPTED_TYP = frozenset({"jwt", "at+jwt", "application/jwt", "application/at+jwt"})
 
@@ -51,6 +67,20 @@ KEY_FAMILIES: Mapping[str, frozenset[str]] = {
     "EdDSA": frozenset({"Ed25519", "Ed448"}),
 }
 _EC_COORDINATE_BYTES = {"ES256": 32, "ES384": 48, "ES512": 66}
+# Refusals remembered: enough for a burst of distinct forgeries (about 1 MB at most), short
+# enough that nothing about a refused token is kept for long.
+REFUSALS_SIZE = 4096
+REFUSALS_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """A refusal to repeat for the same token while `key` is still the key chosen for it."""
+
+    until: float
+    key: VerificationKey
+    denial: type[InvalidToken]
+    description: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +132,9 @@ class TokenVerifier:
         *,
         cache_size: int,
         on_cache: Callable[[bool], None] = lambda hit: None,
+        on_remembered_refusal: Callable[[], None] = lambda: None,
+        refusals_size: int = REFUSALS_SIZE,
+        refusals_ttl: float = REFUSALS_SECONDS,
     ) -> None:
         self._rules = rules
         self._keys = keys
@@ -109,6 +142,10 @@ class TokenVerifier:
         self._cache: dict[str, VerifiedToken] = {}
         self._cache_keys: KeySet = keys.current
         self._on_cache = on_cache
+        self._refusals: dict[bytes, _Refusal] = {}
+        self._refusals_size = refusals_size
+        self._refusals_ttl = refusals_ttl
+        self._on_remembered_refusal = on_remembered_refusal
 
     async def verify(self, token: str, audience: str, now: float) -> VerifiedToken:
         """Return the verified token for `audience` at `now`, or raise a 401/503 `Denial`."""
@@ -164,6 +201,8 @@ class TokenVerifier:
             raise InvalidToken("token algorithm is not allowed")
         if not FORBIDDEN_HEADER_PARAMETERS.isdisjoint(header):
             raise InvalidToken("token header carries a key reference or critical extension")
+        if not UNSUPPORTED_HEADER_PARAMETERS.isdisjoint(header):
+            raise InvalidToken("token header carries an unsupported parameter")
         typ = header.get("typ")
         if typ is not None and (not isinstance(typ, str) or typ.lower() not in ACCEPTED_TYP):
             raise InvalidToken("token typ is not accepted")
@@ -173,17 +212,44 @@ class TokenVerifier:
         key = await self._keys.key_for(kid)
         if key.family not in KEY_FAMILIES[alg] or (key.alg is not None and key.alg != alg):
             raise InvalidToken("token algorithm does not match its key")
+        # The token passed the credential checks: base64url and dots only, so ASCII.
+        fingerprint = hashlib.sha256(token.encode("ascii")).digest()
+        refusal = self._refusals.get(fingerprint)
+        if refusal is not None and refusal.key is key and now < refusal.until:
+            self._on_remembered_refusal()
+            raise refusal.denial(refusal.description)
         try:
             signature = b64url_decode(signature_b64)
         except (ValueError, binascii.Error):
             raise InvalidToken("token signature is malformed") from None
-        signing_input = f"{header_b64}.{payload_b64}".encode("ascii")
-        if not verify_signature(alg, key, signing_input, signature):
-            raise InvalidToken("token signature is invalid")
-        claims = json_object_segment(payload_b64)
+        try:
+            return self._check_signed(alg, key, f"{header_b64}.{payload_b64}", signature, now)
+        except (BadSignature, TokenExpired) as final:  # no later moment can undo these
+            self._remember_refusal(fingerprint, key, final, now)
+            raise
+
+    def _check_signed(
+        self, alg: str, key: VerificationKey, signing_input: str, signature: bytes, now: float
+    ) -> VerifiedToken:
+        """The signature over `header.payload`, then the claims."""
+        if not verify_signature(alg, key, signing_input.encode("ascii"), signature):
+            raise BadSignature("token signature is invalid")
+        claims = json_object_segment(signing_input.partition(".")[2])
         if claims is None:
             raise InvalidToken("token payload is not a JSON object")
         return self._check_claims(claims, key, now)
+
+    def _remember_refusal(
+        self, fingerprint: bytes, key: VerificationKey, refusal: InvalidToken, now: float
+    ) -> None:
+        if self._refusals_size <= 0:
+            return
+        self._refusals.pop(fingerprint, None)
+        if len(self._refusals) >= self._refusals_size:
+            del self._refusals[next(iter(self._refusals))]  # oldest first: the soonest to lapse
+        self._refusals[fingerprint] = _Refusal(
+            now + self._refusals_ttl, key, type(refusal), refusal.description
+        )
 
     def _check_claims(
         self, claims: dict[str, Any], key: VerificationKey, now: float
@@ -200,6 +266,8 @@ class TokenVerifier:
         sub = claims.get("sub")
         if not is_identifier(sub):
             raise InvalidToken("token sub is missing, empty or malformed")
+        if "jti" in claims and not isinstance(claims["jti"], str):  # RFC 7519 §4.1.7
+            raise InvalidToken("token jti is not a string")
         # Without iat, measure the remaining lifetime: a token must never be good for longer.
         start = now if issued_at is None else issued_at
         if expires_at - start > rules.max_lifetime:

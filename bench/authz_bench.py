@@ -263,6 +263,7 @@ def main() -> None:
         "ORRERY_A2A_JWT_ISSUER": ISSUER,
         "ORRERY_A2A_JWT_AUDIENCE": AUDIENCE,
         "ORRERY_CONSOLE_JWT_AUDIENCE": "orrery-console",
+        "ORRERY_CONSOLE_CLIENTS": "console",
         "ORRERY_A2A_JWKS_FILE": str(work / "jwks.json"),
         "ORRERY_A2A_ASSERTION_KEYS": new_keys_spec("bench"),
         "ORRERY_A2A_RATE_LIMIT": "100000000/second",

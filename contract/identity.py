@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeGuard
@@ -51,14 +52,36 @@ def parse_role_autonomy(text: str) -> tuple[tuple[str, Autonomy], ...]:
     return tuple(pairs)
 
 
-# C0 controls, DEL and C1 controls: never part of a real identifier, and NUL cannot even be stored
-# in PostgreSQL text, where the adapter keeps task owners and approval subjects.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Refused anywhere in an identifier, by Unicode general category: controls (Cc: NUL cannot even
+# be stored in PostgreSQL text, where the adapter keeps task owners and approval subjects), format
+# characters (Cf: zero-width characters, bidi overrides, the BOM, the soft hyphen — invisible, so
+# two identities would look alike in a log or on an approval), surrogates (Cs: a lone one is valid
+# JSON, `"\ud800"`, but cannot be encoded as UTF-8 for the assertion, the keys or the log) and
+# line and paragraph separators (Zl, Zp: line breaks to a log reader).
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+# An identifier made only of these names nobody: whitespace of any script (`\s` is Unicode
+# whitespace) and the default-ignorable fillers that are not Cf (combining grapheme joiner,
+# Hangul fillers, Khmer inherent vowels, Mongolian variation selectors, variation selectors) plus
+# the blank braille pattern.
+_BLANK = re.compile(
+    r"[\s\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\ufe00-\ufe0f\uffa0"
+    r"\U000e0100-\U000e01ef]+"
+)
 
 
 def is_identifier(value: object) -> TypeGuard[str]:
-    """A non-empty string without control characters: what an identity claim must be."""
-    return isinstance(value, str) and bool(value) and _CONTROL.search(value) is None
+    """What an identity claim must be: a string with something visible in it and no control,
+    format or surrogate character, nor a line or paragraph separator.
+
+    `str.isprintable` answers in C for the usual identifier (it is false for every refused
+    category, and also for other spaces, private-use and unassigned code points, which are
+    allowed: only those strings take the per-character look-up).
+    """
+    if not isinstance(value, str) or not value or _BLANK.fullmatch(value):
+        return False
+    return value.isprintable() or not any(
+        unicodedata.category(char) in _REFUSED_CATEGORIES for char in value
+    )
 
 
 @functools.lru_cache(maxsize=4096)  # hot on both sides (every Check, every adapter request)

@@ -1,9 +1,10 @@
 """JOSE building blocks shared by the token verifier, the JWKS parser and the assertion codec.
 
 Two rules live here so they are the same everywhere a JSON object crosses our trust boundary:
-base64url is the unpadded RFC 7515 alphabet, and JSON is strict — a member name that occurs twice
-is refused (two parsers that keep different duplicates disagree on what was signed), as are the
-non-standard constants `NaN` and `Infinity` that Python's `json` accepts by default.
+base64url is the unpadded RFC 7515 alphabet in its one canonical spelling, and JSON is strict —
+a member name that occurs twice is refused (two parsers that keep different duplicates disagree
+on what was signed), as are the non-standard constants `NaN` and `Infinity` that Python's `json`
+accepts by default.
 """
 
 from __future__ import annotations
@@ -11,8 +12,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
+
+_BASE64URL_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]*")
+_BASE64URL_VALUES = {char: value for value, char in enumerate(_BASE64URL_ALPHABET)}
+# By length mod 4: the last character carries 4 (…2) or 2 (…3) bits that encode no byte.
+_UNUSED_BITS = {2: 0b1111, 3: 0b11}
 
 
 def b64url_encode(data: bytes) -> str:
@@ -20,9 +28,19 @@ def b64url_encode(data: bytes) -> str:
 
 
 def b64url_decode(text: str) -> bytes:
-    """Decode unpadded base64url; raises `ValueError` (incl. `binascii.Error`) when malformed."""
-    if len(text) % 4 == 1:
-        raise ValueError("impossible base64url length")
+    """Decode unpadded, canonical base64url; raise `ValueError` for anything else.
+
+    Stricter than `base64.urlsafe_b64decode`, which skips characters outside its alphabet and
+    takes `+`, `/` and padding: only `A-Z a-z 0-9 - _`, no impossible length, and the unused low
+    bits of the last character must be zero (RFC 4648 §3.5). So every byte string has exactly one
+    spelling, and a token or assertion has one string form: the key of every cache and list that
+    remembers it.
+    """
+    spare = len(text) % 4
+    if spare == 1 or not _BASE64URL.fullmatch(text):
+        raise ValueError("not unpadded base64url")
+    if spare and _UNUSED_BITS[spare] & _BASE64URL_VALUES[text[-1]]:
+        raise ValueError("not canonical base64url")
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 

@@ -3,7 +3,8 @@
 * `service` — a machine client on its own behalf: `sub` = `client_id`, role `operator` (L2).
 * `delegated` — an agent acting for a person (RFC 8693 `act`): `sub` is the person, `act.sub` the
   agent, role `admin`, so the demo reaches guarded actions and their approvals.
-* `human` — the person at the console, for the approvals surface (console audience, no `act`).
+* `human` — the person at the console, for the approvals surface (console audience, no `act`,
+  from the console client `dev-console`, which `up` names in `ORRERY_CONSOLE_CLIENTS`).
 
 The delegated and human defaults share the subject `dev-user`: the person who delegated is the
 one who may approve (docs/contract.md#approvals).

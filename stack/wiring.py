@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from runtime.addresses import Address, format_address
 from stack.issuer import JWKS_PATH
 from stack.settings import StackSettings
+from stack.tokens import DEFAULT_CLIENTS
 
 DEV_AUDIENCE = "orrery-a2a"
 DEV_CONSOLE_AUDIENCE = "orrery-console"
@@ -47,6 +48,8 @@ def authz_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:
         "ORRERY_A2A_JWKS_URL": wiring.jwks_url,
         "ORRERY_A2A_JWT_AUDIENCE": DEV_AUDIENCE,
         "ORRERY_CONSOLE_JWT_AUDIENCE": DEV_CONSOLE_AUDIENCE,
+        # the client `orrery-a2a token --kind human` / `approve` mint console tokens for
+        "ORRERY_CONSOLE_CLIENTS": DEFAULT_CLIENTS["human"],
         "ORRERY_A2A_JWT_ALGORITHMS": DEV_ALGORITHMS,
         "ORRERY_A2A_ASSERTION_KEYS": wiring.assertion_keys,
     }

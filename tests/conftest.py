@@ -13,11 +13,28 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 REDIS_URL = os.environ.get("ORRERY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 DATABASE_URL = os.environ.get(
     "ORRERY_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
+
+
+# Property-based tests: CI runs a bounded number of examples from a fixed seed (fast, the same
+# every run); `pytest --hypothesis-profile=deep` explores many more, randomly.
+settings.register_profile(
+    "ci",
+    max_examples=250,
+    derandomize=True,
+    database=None,
+    deadline=None,  # signing with RSA on a shared, loaded machine has no stable timing
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "deep", max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("ci")
 
 
 def services_required() -> bool:

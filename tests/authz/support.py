@@ -38,6 +38,7 @@ from contract.jose import b64url_encode
 ISSUER = "https://issuer.test"
 AUDIENCE = "orrery-a2a"
 CONSOLE = "orrery-console"
+CONSOLE_CLIENT = "console"  # the one client ORRERY_CONSOLE_CLIENTS names in these tests
 
 
 def b64int(number: int) -> str:
@@ -229,6 +230,7 @@ def base_env(jwks_file: Path | None = None, jwks_url: str | None = None) -> dict
         "ORRERY_A2A_JWT_ISSUER": ISSUER,
         "ORRERY_A2A_JWT_AUDIENCE": AUDIENCE,
         "ORRERY_CONSOLE_JWT_AUDIENCE": CONSOLE,
+        "ORRERY_CONSOLE_CLIENTS": CONSOLE_CLIENT,
         "ORRERY_A2A_ASSERTION_KEYS": new_keys_spec("a1"),
         "ORRERY_A2A_RATE_LIMIT": "1000/second",
     }

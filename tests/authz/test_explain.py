@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from authz.explain import explain, self_description, settings_for_explain
-from tests.authz.support import AUDIENCE, CONSOLE, DROP, Issuer, SigningKey, base_env
+from tests.authz.support import (
+    AUDIENCE,
+    CONSOLE,
+    CONSOLE_CLIENT,
+    DROP,
+    Issuer,
+    SigningKey,
+    base_env,
+)
 
 
 def _env(jwks_file: Path) -> dict[str, str]:
@@ -80,8 +88,9 @@ async def test_a_key_the_jwks_does_not_publish_is_unknown_key(
 
 
 async def test_a_human_token_is_allowed_only_on_approvals(jwks_file: Path, issuer: Issuer) -> None:
-    """The console audience without `act`: a human on approvals, refused on a2a."""
-    verdicts = await _verdicts(jwks_file, issuer.token(aud=CONSOLE, roles=["admin"]))
+    """A console client's token for a person: a human on approvals, refused on a2a."""
+    token = issuer.token(sub="ada", aud=CONSOLE, client_id=CONSOLE_CLIENT, roles=["admin"])
+    verdicts = await _verdicts(jwks_file, token)
     assert verdicts["approvals"] == ("allow", 200, "ok")
     assert verdicts["a2a"] == ("deny", 401, "token_invalid")
 

@@ -25,6 +25,7 @@ from tests.authz.support import (
     ok_headers,
     running_authz,
 )
+from tests.base64url import respell
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -288,6 +289,15 @@ def test_unusable_keys_are_skipped(signing_keys: list[SigningKey], jwk: Any, why
     assert list(keyset.keys) == [signing_keys[0].kid]
     assert len(skipped) == 1
     assert why in skipped[0]
+
+
+def test_a_respelled_key_member_is_skipped(signing_keys: list[SigningKey]) -> None:
+    """A JWK coordinate spelled non-canonically is skipped like any malformed member."""
+    jwk = signing_keys[0].jwk()  # ES256: x and y are 43 characters, 2 unused bits each
+    jwk["x"] = respell(jwk["x"])
+    keyset, skipped = parse_jwks(json.dumps({"keys": [jwk, signing_keys[1].jwk()]}).encode())
+    assert list(keyset.keys) == [signing_keys[1].kid]
+    assert skipped == ["key 0: not canonical base64url"]
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import shutil
 import socket
-from collections.abc import AsyncIterator
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -14,6 +19,8 @@ from envoy.service.auth.v3.external_auth_pb2 import CheckRequest
 from authz.limits import REDIS_PREFIX, LocalLimiter
 from authz.settings import RateLimitSettings
 from tests.authz.support import (
+    CONSOLE,
+    CONSOLE_CLIENT,
     Issuer,
     RedisProxy,
     RunningAuthz,
@@ -23,6 +30,8 @@ from tests.authz.support import (
     ok_headers,
     running_authz,
 )
+from tests.conftest import services_required
+from tests.metrics import metric
 
 
 def limit_settings(rate: int = 3, period: int = 60, **overrides: object) -> RateLimitSettings:
@@ -155,10 +164,22 @@ async def test_agents_of_one_user_share_the_subject_limit(
     assert denied(await limited.check(token=second)).reason == "rate_limited"
 
 
+async def test_a_service_named_like_a_user_has_its_own_budget(
+    limited: RunningAuthz, issuer: Issuer
+) -> None:
+    """A service whose sub equals a person's never spends (or is starved by) that person's
+    budget: the kind is part of the budget's key."""
+    person = issuer.token(sub="alice", act={"sub": "agent"}, roles=["admin"])
+    service = issuer.token(sub="alice", client_id="alice", roles=["operator"])
+    await spend(limited, person, 3)
+    assert denied(await limited.check(token=person)).reason == "rate_limited"
+    await spend(limited, service, 3)
+
+
 async def test_approvals_surface_has_its_own_budget(limited: RunningAuthz, issuer: Issuer) -> None:
     """A human deciding approvals is never starved by their agents' A2A traffic."""
     agent = issuer.token(sub="alice", act={"sub": "agent"}, roles=["admin"])
-    human = issuer.token(sub="alice", aud="orrery-console", roles=["admin"])
+    human = issuer.token(sub="alice", aud=CONSOLE, client_id=CONSOLE_CLIENT, roles=["admin"])
     await spend(limited, agent, 3)
     assert denied(await limited.check(token=agent)).reason == "rate_limited"
     await spend(limited, human, 1, surface="approvals")
@@ -183,7 +204,7 @@ async def test_two_instances_share_one_redis_limit(
         assert denied(await first.check(token=token)).reason == "rate_limited"
         assert denied(await second.check(token=token)).reason == "rate_limited"
     client = redis.Redis.from_url(redis_url)
-    key = REDIS_PREFIX + "a2a:shared"
+    key = REDIS_PREFIX + "a2a:service:shared"
     assert 0 < client.pttl(key) <= 60_000  # the key expires once the budget is full again
     client.close()
 
@@ -283,10 +304,10 @@ async def test_redis_limiter_recovers_after_the_retry_interval(
     client = redis.Redis.from_url(redis_url)
     async with running_authz(env) as authz:
         await spend(authz, issuer.token(sub="before"), 1)
-        assert client.exists(REDIS_PREFIX + "a2a:before")
+        assert client.exists(REDIS_PREFIX + "a2a:service:before")
         proxy.set_mode("refuse")
         await spend(authz, issuer.token(sub="during"), 1)
-        assert not client.exists(REDIS_PREFIX + "a2a:during")
+        assert not client.exists(REDIS_PREFIX + "a2a:service:during")
         proxy.set_mode("up")
 
         attempts = iter(range(10_000))
@@ -294,7 +315,154 @@ async def test_redis_limiter_recovers_after_the_retry_interval(
         async def back_on_redis() -> bool:
             subject = f"after-{next(attempts)}"
             await spend(authz, issuer.token(sub=subject), 1)
-            return bool(client.exists(REDIS_PREFIX + "a2a:" + subject))
+            return bool(client.exists(REDIS_PREFIX + "a2a:service:" + subject))
 
         await eventually(back_on_redis)
     client.close()
+
+
+# --- Redis going away and coming back (a private redis-server: the shared one is never touched)
+
+
+class PrivateRedis:
+    """A redis-server of this test's own on a free loopback port, stopped and started at will."""
+
+    def __init__(self, binary: str, directory: Path) -> None:
+        self._binary = binary
+        self._directory = directory
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        options = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self._process = subprocess.Popen(
+            [self._binary, "--port", str(self.port), *options, "--dir", str(self._directory)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while not self._answers():
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.02)
+
+    def _answers(self) -> bool:
+        try:
+            with self.client() as client:
+                return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+    def stop(self) -> None:
+        """Gone at once, as a crash would leave it (its clients learn on their next use)."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait(timeout=30)
+            self._process = None
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url, socket_timeout=5)
+
+    def holds(self, key: str) -> bool:
+        with self.client() as client:
+            return bool(client.exists(REDIS_PREFIX + key))
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        message = "redis-server is not installed; the Redis outage tests start their own"
+        if services_required():
+            pytest.fail(message)
+        pytest.skip(message)
+    server = PrivateRedis(binary, tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def redis_up_gauge(authz: RunningAuthz) -> float:
+    return await metric(f"http://{authz.bound.metrics}/metrics", "orrery_authz_ratelimit_redis_up")
+
+
+def redis_events(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.getMessage().startswith("ratelimit_redis_")
+    ]
+
+
+def outage_env(jwks_file: Path, url: str) -> dict[str, str]:
+    return {
+        **base_env(jwks_file=jwks_file),
+        "ORRERY_A2A_RATE_LIMIT": "3/minute",  # each allowed subject's key lives 20 s
+        "ORRERY_A2A_REDIS_URL": url,
+        # Generous on a loaded machine: what is tested is which limiter answers, not speed.
+        "ORRERY_A2A_REDIS_TIMEOUT": "1s",
+        "ORRERY_A2A_REDIS_RETRY": "200ms",
+    }
+
+
+async def warm_pool(authz: RunningAuthz, issuer: Issuer, count: int = 16) -> None:
+    """Concurrent Checks, so the Redis client holds many pooled connections."""
+    await asyncio.gather(
+        *(spend(authz, issuer.token(sub=f"warm-{index}"), 1) for index in range(count))
+    )
+
+
+async def test_a_restarted_redis_is_used_from_the_first_check(
+    private_redis: PrivateRedis,
+    jwks_file: Path,
+    issuer: Issuer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Redis restarts while no Check runs: every pooled connection is dead, yet the first Check
+    afterwards — and every one after it — is counted in Redis, and nothing says Redis was down."""
+    async with running_authz(outage_env(jwks_file, private_redis.url)) as authz:
+        await warm_pool(authz, issuer)
+        private_redis.stop()
+        private_redis.start()
+        with caplog.at_level(logging.INFO, logger="authz.limits"):
+            for index in range(8):
+                await spend(authz, issuer.token(sub=f"after-{index}"), 1)
+                assert private_redis.holds(f"a2a:service:after-{index}"), index
+                assert await redis_up_gauge(authz) == 1
+    assert redis_events(caplog) == []
+
+
+async def test_the_shared_limit_returns_as_soon_as_redis_answers(
+    private_redis: PrivateRedis,
+    jwks_file: Path,
+    issuer: Issuer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """During an outage the gauge says 0 and Checks fall back; once Redis answers the limiter
+    goes back to it and stays there — no flapping between the two — and the gauge and the log
+    say so exactly when it happens."""
+    async with running_authz(outage_env(jwks_file, private_redis.url)) as authz:
+        await warm_pool(authz, issuer)
+        with caplog.at_level(logging.INFO, logger="authz.limits"):
+            private_redis.stop()
+            await spend(authz, issuer.token(sub="during"), 1)  # the local limit answers
+            assert await redis_up_gauge(authz) == 0
+            private_redis.start()
+            attempts = iter(range(10_000))
+
+            async def back_on_redis() -> bool:
+                subject = f"probe-{next(attempts)}"
+                await spend(authz, issuer.token(sub=subject), 1)
+                used_redis = private_redis.holds(f"a2a:service:{subject}")
+                assert await redis_up_gauge(authz) == (1 if used_redis else 0), subject
+                return used_redis
+
+            await eventually(back_on_redis)
+            for round_ in range(3):  # concurrent traffic, as in production: many connections
+                subjects = [f"after-{round_}-{index}" for index in range(16)]
+                await asyncio.gather(*(spend(authz, issuer.token(sub=s), 1) for s in subjects))
+                assert [s for s in subjects if not private_redis.holds(f"a2a:service:{s}")] == []
+                assert await redis_up_gauge(authz) == 1
+    assert redis_events(caplog) == ["ratelimit_redis_unavailable", "ratelimit_redis_recovered"]

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from authz.errors import Forbidden, InsufficientScope
-from authz.principal import PrincipalMemo, RoleRules, derive
+from authz.principal import PrincipalMemo, RoleRules, SurfaceRules, derive
 from contract.identity import Surface
-from tests.authz.support import CONSOLE, Issuer, RunningAuthz, adapter_verify, denied
+from tests.authz.support import (
+    AUDIENCE,
+    CONSOLE,
+    DROP,
+    Issuer,
+    RunningAuthz,
+    adapter_verify,
+    base_env,
+    denied,
+    running_authz,
+)
 
 RULES = RoleRules(claim="roles", autonomy=(("viewer", "L1"), ("operator", "L2"), ("admin", "L3")))
+SURFACES = SurfaceRules(AUDIENCE, CONSOLE, frozenset({"console"}))
 
 
 def claims(**overrides: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"sub": "alice", "roles": ["admin"]}
+    base: dict[str, Any] = {"sub": "alice", "aud": AUDIENCE, "roles": ["admin"]}
     base.update(overrides)
     return {name: value for name, value in base.items() if value is not None}
 
@@ -79,12 +91,6 @@ def claims(**overrides: Any) -> dict[str, Any]:
         ),
         pytest.param(
             "a2a",
-            claims(sub="svc-1", roles=None, scope="openid operator"),
-            ("service", "svc-1", "svc-1", "", "operator", "L2"),
-            id="roles-from-scope-when-claim-absent",
-        ),
-        pytest.param(
-            "a2a",
             claims(sub="svc-1", roles="viewer operator"),
             ("service", "svc-1", "svc-1", "", "operator", "L2"),
             id="space-separated-roles-highest-wins",
@@ -95,7 +101,7 @@ def test_principal_table(
     surface: Surface, token_claims: dict[str, Any], expected: tuple[str, ...]
 ) -> None:
     """Each kind of token becomes exactly one kind of principal."""
-    who = derive(token_claims, surface, RULES)
+    who = derive(token_claims, surface, RULES, SURFACES)
     assert (who.kind, who.subject, who.client, who.agent, who.role, who.autonomy) == expected
 
 
@@ -120,7 +126,7 @@ def test_principal_table(
 def test_malformed_act_is_refused_not_downgraded(act: Any) -> None:
     """A present but malformed act is 403 — never treated as a service token."""
     with pytest.raises(Forbidden, match="act claim is malformed"):
-        derive({"sub": "alice", "roles": ["admin"], "act": act}, "a2a", RULES)
+        derive(claims(act=act) | {"act": act}, "a2a", RULES, SURFACES)
 
 
 def test_act_nesting_is_bounded() -> None:
@@ -129,52 +135,75 @@ def test_act_nesting_is_bounded() -> None:
     for depth in range(1, 12):
         act = {"sub": f"a{depth}", "act": act}
     with pytest.raises(Forbidden):
-        derive({"sub": "alice", "roles": ["admin"], "act": act}, "a2a", RULES)
+        derive(claims(act=act) | {"act": act}, "a2a", RULES, SURFACES)
 
 
 def test_delegated_token_is_refused_on_approvals() -> None:
     """Only the person decides approvals: a token with act is refused there."""
     with pytest.raises(Forbidden, match="delegated"):
-        derive(claims(act={"sub": "agent"}), "approvals", RULES)
+        derive(claims(act={"sub": "agent"}), "approvals", RULES, SURFACES)
 
 
 def test_no_recognised_role_is_insufficient_scope() -> None:
     """Unknown roles only → 403 insufficient_scope."""
     with pytest.raises(InsufficientScope):
-        derive(claims(roles=["superuser"]), "a2a", RULES)
+        derive(claims(roles=["superuser"]), "a2a", RULES, SURFACES)
 
 
 @pytest.mark.parametrize("roles", [7, [1, 2], {"admin": True}, ["admin", None]])
 def test_malformed_role_claim_is_refused(roles: Any) -> None:
     """A role claim that is neither a string nor a list of strings is refused."""
     with pytest.raises(Forbidden, match="role claim"):
-        derive(claims(roles=roles), "a2a", RULES)
+        derive(claims(roles=roles), "a2a", RULES, SURFACES)
 
 
 def test_malformed_client_id_is_refused() -> None:
     """client_id must be a string when present."""
     with pytest.raises(Forbidden, match="client_id"):
-        derive(claims(client_id=["a"]), "a2a", RULES)
+        derive(claims(client_id=["a"]), "a2a", RULES, SURFACES)
 
 
 @pytest.mark.parametrize("name", ["client_id", "azp"])
 def test_client_with_control_characters_is_refused(name: str) -> None:
     """A client id with a control character is not an identifier."""
     with pytest.raises(Forbidden, match=name):
-        derive(claims(**{name: "ci\u0000bot"}), "a2a", RULES)
+        derive(claims(**{name: "ci\u0000bot"}), "a2a", RULES, SURFACES)
+
+
+@pytest.mark.parametrize(
+    ("token_claims", "role"),
+    [
+        pytest.param(claims(roles=None, scope="openid operator"), "operator", id="claim-absent"),
+        pytest.param(claims(roles=["viewer"], scope="admin"), "viewer", id="claim-present-wins"),
+    ],
+)
+def test_scope_stands_in_for_an_absent_role_claim_when_configured(
+    token_claims: dict[str, Any], role: str
+) -> None:
+    """With the fallback on, `scope` is read only when the role claim is absent."""
+    rules = RoleRules(claim="roles", autonomy=RULES.autonomy, scope_fallback=True)
+    assert derive(token_claims, "a2a", rules, SURFACES).role == role
+
+
+def test_scope_is_no_role_without_the_fallback() -> None:
+    """By default `scope` is never read for roles."""
+    with pytest.raises(InsufficientScope):
+        derive(claims(roles=None, scope="admin"), "a2a", RULES, SURFACES)
 
 
 def test_custom_role_claim() -> None:
     """ORRERY_A2A_ROLE_CLAIM names a namespaced claim (dots are part of the name)."""
     rules = RoleRules(claim="https://orrery.dev/roles", autonomy=RULES.autonomy)
-    who = derive(claims(roles=None, **{"https://orrery.dev/roles": ["viewer"]}), "a2a", rules)
+    who = derive(
+        claims(roles=None, **{"https://orrery.dev/roles": ["viewer"]}), "a2a", rules, SURFACES
+    )
     assert (who.role, who.autonomy) == ("viewer", "L1")
 
 
 def test_two_agents_of_one_user_share_a_subject_not_a_key() -> None:
     """Same user, two agents: one rate-limit subject, two principal keys."""
-    one = derive(claims(client_id="c", act={"sub": "agent-1"}), "a2a", RULES)
-    two = derive(claims(client_id="c", act={"sub": "agent-2"}), "a2a", RULES)
+    one = derive(claims(client_id="c", act={"sub": "agent-1"}), "a2a", RULES, SURFACES)
+    two = derive(claims(client_id="c", act={"sub": "agent-2"}), "a2a", RULES, SURFACES)
     assert one.subject == two.subject
     assert one.key != two.key
 
@@ -212,6 +241,25 @@ async def test_malformed_act_is_403_through_the_service(
     assert (refusal.status, refusal.reason) == (403, "forbidden")
 
 
+async def test_a_requested_scope_grants_no_role_by_default(
+    authz: RunningAuthz, issuer: Issuer
+) -> None:
+    """Without a roles claim, `scope=admin` (which a client may simply ask for) is no role: 403."""
+    token = issuer.token(sub="alice", act={"sub": "agent"}, roles=DROP, scope="openid admin")
+    refusal = denied(await authz.check(token=token))
+    assert (refusal.status, refusal.reason) == (403, "insufficient_scope")
+
+
+async def test_the_scope_fallback_is_opt_in(issuer: Issuer, jwks_file: Path) -> None:
+    """ORRERY_A2A_ROLE_SCOPE_FALLBACK=true reads roles from scope when the roles claim is absent
+    (an IdP that carries roles there and lets no client request them)."""
+    env = {**base_env(jwks_file=jwks_file), "ORRERY_A2A_ROLE_SCOPE_FALLBACK": "true"}
+    token = issuer.token(sub="alice", act={"sub": "agent"}, roles=DROP, scope="openid admin")
+    async with running_authz(env) as authz:
+        principal = adapter_verify(authz.settings.assertion_keys, await authz.check(token=token))
+    assert (principal.principal.role, principal.principal.autonomy) == ("admin", "L3")
+
+
 async def test_insufficient_scope_carries_the_rfc6750_challenge(
     authz: RunningAuthz, issuer: Issuer
 ) -> None:
@@ -234,14 +282,14 @@ UNDERIVABLE = claims(roles=["nobody"])
 
 def test_the_memo_answers_a_token_it_has_derived_from_memory() -> None:
     """A remembered token's principal comes back without deriving its claims again."""
-    memo = PrincipalMemo(RULES, size=4)
+    memo = PrincipalMemo(RULES, SURFACES, size=4)
     first = memo.principal("t1", claims(act={"sub": "agent"}), "a2a")
     assert memo.principal("t1", UNDERIVABLE, "a2a") is first
 
 
 def test_the_memo_keeps_each_surface_apart() -> None:
     """A token remembered on one surface is derived afresh (and may be refused) on the other."""
-    memo = PrincipalMemo(RULES, size=4)
+    memo = PrincipalMemo(RULES, SURFACES, size=4)
     memo.principal("t1", claims(act={"sub": "agent"}), "a2a")
     with pytest.raises(Forbidden):
         memo.principal("t1", claims(act={"sub": "agent"}), "approvals")
@@ -249,7 +297,7 @@ def test_the_memo_keeps_each_surface_apart() -> None:
 
 def test_the_memo_is_bounded_oldest_first() -> None:
     """Past its size the memo forgets its oldest token, never grows."""
-    memo = PrincipalMemo(RULES, size=2)
+    memo = PrincipalMemo(RULES, SURFACES, size=2)
     for token in ("t1", "t2", "t3"):
         memo.principal(token, claims(), "a2a")
     assert len(memo) == 2
@@ -260,7 +308,7 @@ def test_the_memo_is_bounded_oldest_first() -> None:
 
 def test_a_memo_of_size_zero_remembers_nothing() -> None:
     """With the token cache off (size 0), every Check derives its principal."""
-    memo = PrincipalMemo(RULES, size=0)
+    memo = PrincipalMemo(RULES, SURFACES, size=0)
     memo.principal("t1", claims(), "a2a")
     assert len(memo) == 0
     with pytest.raises(InsufficientScope):

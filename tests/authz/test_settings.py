@@ -15,6 +15,7 @@ def minimal_env(**overrides: str) -> dict[str, str]:
         "ORRERY_A2A_JWT_ISSUER": "https://issuer.test",
         "ORRERY_A2A_JWT_AUDIENCE": "orrery-a2a",
         "ORRERY_CONSOLE_JWT_AUDIENCE": "orrery-console",
+        "ORRERY_CONSOLE_CLIENTS": "console",
         "ORRERY_A2A_JWKS_URL": "https://issuer.test/jwks.json",
         "ORRERY_A2A_ASSERTION_KEYS": new_keys_spec("k1"),
     }
@@ -40,9 +41,23 @@ def test_defaults_match_the_design() -> None:
     assert settings.jwks.refresh == 300
     assert settings.roles.claim == "roles"
     assert settings.roles.autonomy == (("viewer", "L1"), ("operator", "L2"), ("admin", "L3"))
+    assert settings.roles.scope_fallback is False
     assert (settings.limits.rate, settings.limits.period, settings.limits.burst) == (60, 60, 60)
     assert settings.limits.redis_url is None
     assert settings.limits.failure_mode == "local"
+    assert settings.limits.redis_retry == 1.0
+
+
+@pytest.mark.parametrize("value", ["<unset>", "", " , "])
+def test_the_console_clients_are_required(value: str) -> None:
+    """Without ORRERY_CONSOLE_CLIENTS no one could be a human: start-up refuses, naming it."""
+    assert problems(minimal_env(ORRERY_CONSOLE_CLIENTS=value)) == ["ORRERY_CONSOLE_CLIENTS"]
+
+
+def test_the_console_clients_are_a_list() -> None:
+    """A comma-separated list of client ids, spaces around them ignored."""
+    settings = AuthzSettings.from_env(minimal_env(ORRERY_CONSOLE_CLIENTS=" console , admin-ui "))
+    assert settings.tokens.console_clients == {"console", "admin-ui"}
 
 
 def test_every_bad_variable_is_named_at_once() -> None:

@@ -17,7 +17,7 @@ from authz.errors import InvalidToken, TokenExpired, UnknownSigningKey
 from authz.jwks import FileSource, KeyStore, parse_jwks
 from authz.settings import JwksSettings, TokenRules
 from authz.tokens import TokenVerifier
-from contract.jose import b64url_encode
+from contract.jose import b64url_decode, b64url_encode
 from tests.authz.support import (
     AUDIENCE,
     CONSOLE,
@@ -31,6 +31,7 @@ from tests.authz.support import (
     ok_headers,
     running_authz,
 )
+from tests.base64url import respell, with_spare_bits
 
 
 async def refused(authz: RunningAuthz, token: str, reason: str = "token_invalid") -> str:
@@ -122,6 +123,14 @@ async def test_key_reference_and_crit_headers_are_refused(
     )
 
 
+@pytest.mark.parametrize("b64", [False, True, 0, "false"])
+async def test_a_b64_header_is_refused(authz: RunningAuthz, issuer: Issuer, b64: Any) -> None:
+    """RFC 7797 `b64` changes what is signed; we never take it, whatever its value (PyJWT
+    refuses `false` without `crit`; the differential test found ours accepting it)."""
+    token = issuer.token(header={"b64": b64})
+    assert await refused(authz, token) == "token header carries an unsupported parameter"
+
+
 async def test_unknown_kid_is_refused(authz: RunningAuthz, issuer: Issuer) -> None:
     """A kid that is not in the JWKS is 401 unknown_key."""
     stranger = SigningKey.generate("ES256", kid="not-published")
@@ -198,8 +207,47 @@ async def test_tampered_payload_is_refused(authz: RunningAuthz, issuer: Issuer) 
 
 async def test_truncated_signature_is_refused(authz: RunningAuthz, issuer: Issuer) -> None:
     """An ES256 signature of the wrong length is refused, not padded."""
-    token = issuer.token()
-    assert await refused(authz, token[:-4]) == "token signature is invalid"
+    head, body, signature = issuer.token().split(".")
+    short = b64url_encode(b64url_decode(signature)[:-3])
+    assert await refused(authz, f"{head}.{body}.{short}") == "token signature is invalid"
+
+
+def _respelled(issuer: Issuer, segment: str) -> str:
+    """A token from the issuer, signed over a second spelling of its `segment` (`header` or
+    `payload`), or with its `signature` respelled."""
+    key = issuer.key
+    header = with_spare_bits(json.dumps({"alg": key.alg, "kid": key.kid, "typ": "JWT"}))
+    payload = with_spare_bits(json.dumps(issuer.claims()))
+    head, body = b64url_encode(header.encode()), b64url_encode(payload.encode())
+    if segment == "header":
+        head = respell(head)
+    elif segment == "payload":
+        body = respell(body)
+    signature = b64url_encode(key.sign(f"{head}.{body}".encode()))
+    if segment == "signature":
+        signature = respell(signature)
+    return f"{head}.{body}.{signature}"
+
+
+async def test_canonical_spellings_are_accepted(authz: RunningAuthz, issuer: Issuer) -> None:
+    """The control for the test below: the same construction, canonical, verifies."""
+    await accepted(authz, _respelled(issuer, "none"))
+
+
+@pytest.mark.parametrize(
+    ("segment", "description"),
+    [
+        ("header", "token header is not a JSON object"),
+        ("payload", "token payload is not a JSON object"),
+        ("signature", "token signature is malformed"),
+    ],
+)
+async def test_non_canonical_base64url_is_refused(
+    authz: RunningAuthz, issuer: Issuer, segment: str, description: str
+) -> None:
+    """A segment whose last character has unused bits set is a second spelling of the same
+    bytes: refused, so one token has one spelling (its cache key, anyone's deny-list key)."""
+    assert await refused(authz, _respelled(issuer, segment)) == description
 
 
 # --- claims ----------------------------------------------------------------------------------
@@ -307,6 +355,15 @@ async def test_sub_with_control_characters_is_refused(
 ) -> None:
     """A sub with a control character (NUL cannot even be stored) is not an identifier."""
     assert await refused(authz, issuer.token(sub=sub)) == "token sub is missing, empty or malformed"
+
+
+@pytest.mark.parametrize("jti", [1, None, ["id"], {"id": "x"}, True])
+async def test_a_jti_that_is_not_a_string_is_refused(
+    authz: RunningAuthz, issuer: Issuer, jti: Any
+) -> None:
+    """RFC 7519 §4.1.7: jti is a string when present (found by the differential test: PyJWT
+    refuses these, ours accepted them)."""
+    assert await refused(authz, issuer.token(jti=jti)) == "token jti is not a string"
 
 
 async def test_nan_in_payload_is_refused(authz: RunningAuthz, issuer: Issuer) -> None:

@@ -15,6 +15,7 @@ from contract.assertion import AssertionKeys, new_keys_spec, sign, verify
 from contract.errors import AssertionExpired, InvalidAssertion
 from contract.identity import Principal, principal_key
 from contract.jose import b64url_decode, b64url_encode
+from tests.base64url import respell, with_spare_bits
 
 NOW = 1_800_000_000
 
@@ -141,6 +142,32 @@ def test_tampered_payload_is_refused() -> None:
     tampered = f"{head}.{b64url_encode(json.dumps(claims).encode())}.{sig}"
     with pytest.raises(InvalidAssertion, match="signature"):
         verify(KEYS, tampered, request_id="req-1", surface="a2a", now=NOW)
+
+
+def test_respelled_signature_is_refused() -> None:
+    """The HMAC written with an unused bit set decodes to the same bytes: still refused."""
+    head, body, sig = mint().split(".")
+    with pytest.raises(InvalidAssertion, match="malformed"):
+        verify(KEYS, f"{head}.{body}.{respell(sig)}", request_id="req-1", surface="a2a", now=NOW)
+
+
+def _signed(header: str, payload: str, respelled: int | None) -> str:
+    """An assertion over these JSON texts with k1's MAC, segment `respelled` spelled twice."""
+    parts = [b64url_encode(header.encode()), b64url_encode(payload.encode())]
+    if respelled is not None:
+        parts[respelled] = respell(parts[respelled])
+    mac = hmac.new(KEYS.keys[0][1], ".".join(parts).encode(), hashlib.sha256).digest()
+    return ".".join([*parts, b64url_encode(mac)])
+
+
+@pytest.mark.parametrize("segment", [0, 1], ids=["header", "payload"])
+def test_respelled_header_or_payload_is_refused(segment: int) -> None:
+    """A header or payload spelled non-canonically is refused even under a valid MAC."""
+    header = with_spare_bits(json.dumps({"alg": "HS256", "kid": "k1", "typ": "JWT"}))
+    payload = with_spare_bits(json.dumps(claims_of(mint())))
+    verify(KEYS, _signed(header, payload, None), request_id="req-1", surface="a2a", now=NOW)
+    with pytest.raises(InvalidAssertion, match="malformed"):
+        verify(KEYS, _signed(header, payload, segment), request_id="req-1", surface="a2a", now=NOW)
 
 
 def test_expired_assertion_is_refused() -> None:

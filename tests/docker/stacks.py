@@ -139,6 +139,7 @@ def running_stack(
         "ORRERY_A2A_JWT_ISSUER": ISSUER,
         "ORRERY_A2A_JWKS_URL": f"{ISSUER}/.well-known/jwks.json",
         "ORRERY_A2A_JWT_ALGORITHMS": "ES256",
+        "ORRERY_CONSOLE_CLIENTS": "dev-console",  # the dev issuer's console client
         "ORRERY_A2A_ASSERTION_KEYS": new_assertion_keys(),
         "ORRERY_A2A_PUBLISH": f"127.0.0.1:{port}",
         "ORRERY_A2A_PUBLIC_URL": f"{url}/a2a",

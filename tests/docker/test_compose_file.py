@@ -209,7 +209,7 @@ def test_secrets_are_never_in_the_file(services: dict[str, Any]) -> None:
     for name in ("authz", "adapter"):
         keys = services[name]["environment"]["ORRERY_A2A_ASSERTION_KEYS"]
         assert keys.startswith("${ORRERY_A2A_ASSERTION_KEYS:?")
-    for missing in ("ORRERY_A2A_ASSERTION_KEYS", "ORRERY_A2A_JWT_ISSUER"):
+    for missing in ("ORRERY_A2A_ASSERTION_KEYS", "ORRERY_A2A_JWT_ISSUER", "ORRERY_CONSOLE_CLIENTS"):
         incomplete = {name: value for name, value in REQUIRED.items() if name != missing}
         with pytest.raises(compose.ComposeError, match=missing):
             compose.load(COMPOSE, incomplete)

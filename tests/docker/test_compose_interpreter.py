@@ -327,7 +327,11 @@ def test_compose_yaml_uses_only_keys_whose_translation_is_tested() -> None:
     services = yaml.safe_load(COMPOSE.read_text())["services"]
     used = {key for spec in services.values() for key in spec}
     assert used <= compose.SERVICE_KEYS, used - compose.SERVICE_KEYS
-    env = {"ORRERY_A2A_JWT_ISSUER": "https://i", "ORRERY_A2A_ASSERTION_KEYS": "k=x"}
+    env = {
+        "ORRERY_A2A_JWT_ISSUER": "https://i",
+        "ORRERY_A2A_ASSERTION_KEYS": "k=x",
+        "ORRERY_CONSOLE_CLIENTS": "c",
+    }
     for profiles in ([], ["replicated"]):
         assert compose.load(COMPOSE, env, profiles=profiles).services
 

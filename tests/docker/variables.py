@@ -13,10 +13,11 @@ from typing import Any, Protocol
 from stack.keys import new_assertion_keys
 from tests.docker import compose, engine
 
-# The least a user sets (compose refuses to start without the first two; authz needs a JWKS).
+# The least a user sets (compose refuses to start without the first three; authz needs a JWKS).
 REQUIRED: Mapping[str, str] = {
     "ORRERY_A2A_JWT_ISSUER": "https://idp.example.com/",
     "ORRERY_A2A_ASSERTION_KEYS": new_assertion_keys(),
+    "ORRERY_CONSOLE_CLIENTS": "console",
     "ORRERY_A2A_JWKS_URL": "https://idp.example.com/.well-known/jwks.json",
 }
 

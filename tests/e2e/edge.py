@@ -32,7 +32,6 @@ from typing import Any, TypeVar
 import httpx
 import yaml
 from a2a.client import Client, ClientConfig, ClientFactory
-from prometheus_client.parser import text_string_to_metric_families
 
 from stack import envoy_config
 from stack.keys import load_signing_key
@@ -43,6 +42,7 @@ from stack.tokens import Audiences as TokenAudiences
 from stack.tokens import TokenKind, TokenRequest, claims_for, mint_for_stack, sign
 from stack.up import LocalStack, RunSecrets, generate_secrets
 from stack.wiring import DEV_AUDIENCE, DEV_CONSOLE_AUDIENCE
+from tests.metrics import metric
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 180.0
@@ -174,13 +174,12 @@ class Edge:
         raise AssertionError(f"{name} logged no {event} with {fields}")
 
     async def _adapter_metric(self, sample_name: str) -> float:
-        async with httpx.AsyncClient(timeout=30) as http:
-            text = (await http.get(f"{self.adapter_url}/metrics")).text
-        return sum(
-            sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == sample_name
+        return await metric(f"{self.adapter_url}/metrics", sample_name)
+
+    async def authz_metric(self, sample_name: str) -> float:
+        """A metric of authz's, summed over its label sets (its loopback `/metrics`)."""
+        return await metric(
+            f"http://{self.component('authz').details['metrics']}/metrics", sample_name
         )
 
     async def adapter_requests(self) -> float:

@@ -138,3 +138,23 @@ async def test_a_service_principal_never_reaches_approval(edge: Edge) -> None:
     assert task.status.state == pb.TASK_STATE_REJECTED
     assert "a service principal is limited to L2" in status_text(task)
     assert [part.WhichOneof("content") for part in task.status.message.parts] == ["text"]
+
+
+async def test_console_audience_tokens_of_the_agent_cannot_approve(
+    edge: Edge, delegation: Delegation
+) -> None:
+    """Console-audience tokens the IdP could issue to the agent's client (client credentials,
+    impersonating the person) and a token for both audiences are 403 forbidden; the adapter sees
+    none of them, and the action stays pending."""
+    task = await delegation.propose()
+    action_id = status_data(task)["action_id"]
+    agent_client = edge.claims("human", subject="dev-agent-client", client_id="dev-agent-client")
+    impersonating = edge.claims("human", subject=delegation.user, client_id="dev-agent-client")
+    both_audiences = edge.claims("human", subject=delegation.user)
+    both_audiences["aud"] = [both_audiences["aud"], "orrery-a2a"]
+    before = await edge.adapter_requests()
+    for claims in (agent_client, impersonating, both_audiences):
+        refused = await edge.decide(edge.sign(claims), action_id)
+        assert (refused.status_code, refused.json()["error"]) == (403, "forbidden"), claims
+    assert await edge.adapter_requests() == before
+    assert (await delegation.show(action_id)).json()["status"] == "pending"

@@ -17,6 +17,7 @@ import pytest
 
 from stack.keys import new_signing_key
 from stack.tokens import sign
+from tests.base64url import respell
 from tests.e2e.edge import JSONRPC_HEADERS, Edge, bearer, jsonrpc, unique
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
@@ -36,6 +37,12 @@ def _bad_signature(edge: Edge) -> str:
     return f"{header}.{payload}.{other_signature}"
 
 
+def _respelled_signature(edge: Edge) -> str:
+    """A valid token whose signature is written with an unused bit set (same bytes)."""
+    header, payload, signature = edge.token(subject=unique("user")).split(".")
+    return f"{header}.{payload}.{respell(signature)}"
+
+
 def _expired(edge: Edge) -> str:
     claims = edge.claims(subject=unique("user"))
     claims["iat"] -= 7200
@@ -47,6 +54,13 @@ def _malformed_act(edge: Edge) -> str:
     claims = edge.claims(subject=unique("user"))
     claims["act"] = "agent-as-a-string"  # RFC 8693: an object with `sub`
     return edge.sign(claims)
+
+
+def _with_claims(edge: Edge, **claims: object) -> str:
+    """A delegated dev token of a fresh user with `claims` replaced (None: left out), signed by
+    the issuer."""
+    token_claims = {**edge.claims(subject=unique("user")), **claims}
+    return edge.sign({name: value for name, value in token_claims.items() if value is not None})
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,12 @@ REFUSALS = {
         lambda edge: bearer(_bad_signature(edge)),
         challenge=_challenge("invalid_token", "token signature is invalid"),
     ),
+    "second spelling of a signature": Refusal(
+        401,
+        "token_invalid",
+        lambda edge: bearer(_respelled_signature(edge)),
+        challenge=_challenge("invalid_token", "token signature is malformed"),
+    ),
     "expired token": Refusal(
         401,
         "token_expired",
@@ -105,7 +125,31 @@ REFUSALS = {
         lambda edge: bearer(edge.token(subject=unique("user"), roles=("intern",))),
         challenge=_challenge("insufficient_scope", "the token grants no recognised role"),
     ),
+    "a requested admin scope, no roles": Refusal(
+        403,
+        "insufficient_scope",
+        lambda edge: bearer(_with_claims(edge, roles=None, scope="openid admin")),
+        challenge=_challenge("insufficient_scope", "the token grants no recognised role"),
+    ),
     "malformed act": Refusal(403, "forbidden", lambda edge: bearer(_malformed_act(edge))),
+    "blank subject": Refusal(
+        401,
+        "token_invalid",
+        lambda edge: bearer(_with_claims(edge, sub="\u3000\u00a0")),
+        challenge=_challenge("invalid_token", "token sub is missing, empty or malformed"),
+    ),
+    "lone surrogate in the subject": Refusal(
+        401,
+        "token_invalid",
+        lambda edge: bearer(_with_claims(edge, sub="\ud800")),
+        challenge=_challenge("invalid_token", "token sub is missing, empty or malformed"),
+    ),
+    "lone surrogate in the acting agent": Refusal(
+        403, "forbidden", lambda edge: bearer(_with_claims(edge, act={"sub": "\udfff"}))
+    ),
+    "bidi override in the client": Refusal(
+        403, "forbidden", lambda edge: bearer(_with_claims(edge, client_id="tneilc\u202e"))
+    ),
 }
 
 
@@ -201,3 +245,27 @@ async def test_the_budget_belongs_to_the_subject_and_the_surface(edge: Edge) -> 
     assert other_user.status_code == 200
     assert approvals.status_code == 404  # reached the adapter: not_found, not rate_limited
     assert approvals.json()["status"] == "not_found"
+
+
+async def test_a_service_named_like_a_user_has_a_budget_of_its_own(edge: Edge) -> None:
+    """A client-credentials token whose sub equals a person's is not limited by that person's
+    spent budget (nor could it spend it)."""
+    user = unique("user")
+    async with httpx.AsyncClient(timeout=60) as http:
+        await _exhaust(http, edge, edge.token(subject=user))
+    service = await edge.rpc(
+        edge.token("service", subject=user, client_id=user), "GetTask", {"id": "x"}
+    )
+    assert service.status_code == 200, service.text
+
+
+async def test_a_repeated_forgery_is_refused_from_memory(edge: Edge) -> None:
+    """The same badly signed token three times through Envoy: three 401s, and authz answers the
+    last two from its memory of refusals instead of checking the signature again."""
+    remembered = "orrery_authz_token_refusals_remembered_total"
+    token = _bad_signature(edge)
+    before = await edge.authz_metric(remembered)
+    for _ in range(3):
+        response = await edge.rpc(token, "GetTask", {"id": "x"})
+        assert (response.status_code, response.json()["error"]) == (401, "token_invalid")
+    assert await edge.authz_metric(remembered) == before + 2

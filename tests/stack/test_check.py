@@ -126,6 +126,7 @@ def test_authz_check_reads_a_jwks_file(tmp_path: Path) -> None:
         "ORRERY_A2A_JWT_ISSUER": "https://idp.example/",
         "ORRERY_A2A_JWT_AUDIENCE": "a2a",
         "ORRERY_CONSOLE_JWT_AUDIENCE": "console",
+        "ORRERY_CONSOLE_CLIENTS": "console-app",
         "ORRERY_A2A_JWKS_FILE": str(jwks),
         "ORRERY_A2A_ASSERTION_KEYS": "k1=" + "A" * 43,
     }

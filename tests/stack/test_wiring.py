@@ -48,7 +48,8 @@ def test_every_bad_setting_is_named_at_once() -> None:
 
 
 def test_authz_is_wired_to_the_dev_issuer_and_this_runs_keys() -> None:
-    """authz gets its addresses, the issuer, JWKS URL, both audiences, ES256 and the keys."""
+    """authz gets its addresses, the issuer, JWKS URL, both audiences, the dev console client,
+    ES256 and the keys."""
     assert authz_env(StackSettings.from_env({}), WIRING) == {
         "ORRERY_A2A_AUTHZ_ADDR": "127.0.0.1:9191",
         "ORRERY_A2A_AUTHZ_METRICS_ADDR": "127.0.0.1:9192",
@@ -56,6 +57,7 @@ def test_authz_is_wired_to_the_dev_issuer_and_this_runs_keys() -> None:
         "ORRERY_A2A_JWKS_URL": "http://127.0.0.1:8090/.well-known/jwks.json",
         "ORRERY_A2A_JWT_AUDIENCE": "orrery-a2a",
         "ORRERY_CONSOLE_JWT_AUDIENCE": "orrery-console",
+        "ORRERY_CONSOLE_CLIENTS": "dev-console",
         "ORRERY_A2A_JWT_ALGORITHMS": "ES256",
         "ORRERY_A2A_ASSERTION_KEYS": WIRING.assertion_keys,
     }
