@@ -104,7 +104,8 @@ async def _send(edge: Edge, route: str, extra: list[tuple[str, str]]) -> tuple[h
 async def test_a_client_copy_is_refused_400_reserved_header_on_every_route(
     edge: Edge, route: str, spelling: list[tuple[str, str]]
 ) -> None:
-    """400 reserved_header as JSON with a request id, nothing forwarded, the attempt logged."""
+    """400 reserved_header as JSON with a request id from Envoy (authz is not asked), nothing
+    forwarded, the attempt in Envoy's access log."""
     response, forwarded = await _send(edge, route, spelling)
     assert response.status_code == 400, response.text
     assert response.headers["content-type"] == "application/json"
@@ -117,6 +118,7 @@ async def test_a_client_copy_is_refused_400_reserved_header_on_every_route(
     request_id = response.headers["x-request-id"]
     logged = await edge.access(request_id)
     assert (logged["status"], logged["reason"]) == (400, "reserved_header")
+    assert not [e for e in edge.events("authz", "decision") if e["request_id"] == request_id]
 
 
 async def test_the_hop_header_alone_is_not_a_reserved_header(edge: Edge) -> None:
