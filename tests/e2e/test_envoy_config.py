@@ -52,6 +52,7 @@ with warnings.catch_warnings():
 ANY_ADDRESS = "0.0.0.0"  # noqa: S104 (what compose binds; the unspecified address)
 EXT_AUTHZ = "envoy.filters.http.ext_authz"
 HEADER_MUTATION = "envoy.filters.http.header_mutation"
+LUA = "envoy.filters.http.lua"
 CONTRACT_HEADERS = {"authorization", "x-request-id", "traceparent", "tracestate"}
 MUTABLE_HEADERS = {
     "x-orrery-principal",
@@ -227,9 +228,11 @@ def test_ext_authz_may_only_touch_the_contract_headers(ext_authz: ExtAuthz) -> N
 
 
 def test_filter_order_puts_ext_authz_before_the_router(hcm: HttpConnectionManager) -> None:
-    """Header hygiene and the body cap run before ext_authz; the router is last."""
+    """Request hygiene first, then header hygiene and the body cap before ext_authz; the router
+    is last."""
     names = [f.name for f in hcm.http_filters]
     assert names == [
+        LUA,
         HEADER_MUTATION,
         "envoy.filters.http.buffer",
         EXT_AUTHZ,
@@ -338,15 +341,22 @@ def test_connection_manager_normalises_paths_and_refuses_tricks(hcm: HttpConnect
     )
 
 
-def test_client_copies_of_trusted_headers_are_removed_first(hcm: HttpConnectionManager) -> None:
-    """Before routing and filters: x-orrery-principal, x-orrery-trace-link, x-forwarded-for go."""
+def test_the_clients_forwarded_for_is_removed_first(hcm: HttpConnectionManager) -> None:
+    """Before routing and filters only x-forwarded-for goes: client copies of x-orrery-* reach
+    the hygiene filter, which refuses them (stripped, they would be served unnoticed)."""
     (extension,) = hcm.early_header_mutation_extensions
     mutations = extension.typed_config.unpack().mutations
-    assert {m.remove for m in mutations} == {
-        "x-orrery-principal",
-        "x-orrery-trace-link",
-        "x-forwarded-for",
-    }
+    assert [m.remove for m in mutations] == ["x-forwarded-for"]
+
+
+def test_the_hygiene_filter_refuses_reserved_headers_and_query_tokens(
+    http_filters: dict[str, Any],
+) -> None:
+    """The Lua filter runs on every route (no per-route switch) and names both refusals."""
+    source = http_filters[LUA].default_source_code.inline_string
+    for needle in ('"x-orrery-"', '"x-orrery-hop"', '"reserved_header"', '"invalid_request"'):
+        assert needle in source
+    assert 'name:lower() == "access_token"' in source
 
 
 def test_timeouts_bound_requests_but_keep_sse_streams_alive(
@@ -384,17 +394,22 @@ def test_request_headers_and_bodies_are_capped(
 
 
 def test_access_log_records_no_query_and_no_credentials(hcm: HttpConnectionManager) -> None:
-    """One JSON line per request: the path without its query, no authorization or cookie."""
+    """One JSON line per request: the path without query or fragment, no authorization or
+    cookie, the request id the answer carries."""
     (access_log,) = hcm.access_log
     log_format = access_log.typed_config.unpack().log_format
     fields = log_format.json_format.to_dict()
-    assert fields["path"] == "%REQ_WITHOUT_QUERY(:PATH)%"
-    assert [f.name for f in log_format.formatters] == ["envoy.formatter.req_without_query"]
-    # Request headers logged verbatim: only these two, never a credential or the full :path.
+    assert fields["path"] == "%CEL(request.url_path.contains('#') ? '-' : request.url_path)%"
+    assert "request.headers['x-request-id']" in fields["request_id"]
+    assert [f.name for f in log_format.formatters] == ["envoy.formatter.cel"]
+    # Request headers logged verbatim: only :method, never a credential or the full :path.
     logged = {
         name.lower() for value in fields.values() for name in re.findall(r"%REQ\((.+?)\)%", value)
     }
-    assert logged == {"x-request-id", ":method"}
+    assert logged == {":method"}
+    cel = " ".join(re.findall(r"%CEL\((.+?)\)%", " ".join(fields.values())))
+    assert set(re.findall(r"request\.(\w+)", cel)) == {"headers", "url_path"}
+    assert set(re.findall(r"request\.headers\['([^']+)'\]", cel)) == {"x-request-id"}
 
 
 def test_envoys_own_errors_are_json_and_never_rewrite_authz_denials(
@@ -421,6 +436,7 @@ def test_envoys_own_errors_are_json_and_never_rewrite_authz_denials(
         assert set(fields) == {"error", "error_description"}
         reasons[matches] = fields["error"]
     assert reasons == {
+        "path_normalization_failed": "bad_path",
         "ext_authz_error": "authz_unavailable",
         "UF,UH,UO,URX,UC": "upstream_unavailable",
         "UT,SI": "timeout",
@@ -468,10 +484,13 @@ async def test_unknown_path_is_a_404_from_envoy(
 async def test_access_log_leaves_out_query_strings(
     tmp_path: Path, recorder: Recorder, closed_port: int
 ) -> None:
-    """A token put in a query string never reaches Envoy's log."""
+    """Whatever a client puts in a query string (a secret under any name) never reaches
+    Envoy's log, nor what follows a `#`."""
     async with envoy_for(tmp_path, authz_port=closed_port, adapter_port=recorder.port) as envoy:
-        response = await raw_request(envoy.port, "GET", "/nope?access_token=leaked-secret")
+        response = await raw_request(envoy.port, "GET", "/nope?api_key=leaked-secret")
         assert response.status == 404
+        fragment = await raw_request(envoy.port, "GET", "/nope#key=leaked-secret")
+        assert fragment.status == 400
     lines = [line for line in envoy.log.read_text().splitlines() if '"event":"access"' in line]
     assert any('"path":"/nope"' in line for line in lines), lines
     assert "leaked-secret" not in envoy.log.read_text()
