@@ -281,17 +281,24 @@ async def raw_request(
     body: bytes = b"",
     host: str = "127.0.0.1",
 ) -> RawResponse:
-    """One HTTP/1.1 request written byte for byte (no client-side path normalisation).
+    """One HTTP/1.1 request written byte for byte (no client-side path normalisation)."""
+    lines = [f"{method} {path} HTTP/1.1", "Host: edge.test", "Connection: close"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    lines.append(f"Content-Length: {len(body)}")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return await raw_exchange(port, head + body, host=host)
+
+
+async def raw_exchange(port: int, data: bytes, *, host: str = "127.0.0.1") -> RawResponse:
+    """Write `data` as it is (any bytes, any HTTP version, possibly an incomplete request), then
+    read one response.
 
     The response is read by its framing (Content-Length or chunked), not to EOF: Envoy holds a
     connection it closes for up to its delayed-close timeout (1 s), which is not ours to wait out.
     """
     reader, writer = await asyncio.open_connection(host, port)
     try:
-        lines = [f"{method} {path} HTTP/1.1", "Host: edge.test", "Connection: close"]
-        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
-        lines.append(f"Content-Length: {len(body)}")
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        writer.write(data)
         await writer.drain()
         head = await reader.readuntil(b"\r\n\r\n")
         status_line, *header_lines = head.decode("latin-1").rstrip("\r\n").split("\r\n")

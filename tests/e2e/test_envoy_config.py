@@ -460,8 +460,8 @@ TRICKS: list[tuple[str, str, dict[str, str], int]] = [
     ("GET", "/.well-known/agent-card.json/..%2F..%2Fa2a", {}, 400),
     ("POST", "/A2A", {}, 404),
     ("POST", "/a2a;x", {}, 404),
-    ("GET", "/a2a", {}, 404),
-    ("POST", "/.well-known/agent-card.json", {}, 404),
+    ("GET", "/a2a", {}, 405),
+    ("POST", "/.well-known/agent-card.json", {}, 405),
     ("GET", "/.well-known/agent-card.json", {"x_orrery_principal": "forged"}, 400),
     ("POST", "/a2a", {"x_forwarded_for": "1.2.3.4"}, 400),
 ]
@@ -506,6 +506,7 @@ async def test_slow_authz_is_a_503(
         response = await raw_request(envoy.port, "POST", "/a2a")
     assert response.status == 503
     assert json.loads(response.body)["error"] == "authz_unavailable"
+    assert response.headers["retry-after"] == "5"
     assert len(fake_authz.checks) == 1
     assert recorder.requests == []
 
@@ -614,6 +615,7 @@ async def test_authz_setting_a_header_outside_the_contract_is_a_500(
     async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
         response = await raw_request(envoy.port, "POST", "/a2a")
     assert response.status == 500
+    assert json.loads(response.body)["error"] == "authz_invalid_response"
     assert recorder.requests == []
 
 
@@ -635,8 +637,8 @@ async def test_oversized_body_is_refused_before_authz(
 async def test_path_tricks_do_what_the_config_promises(
     tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
 ) -> None:
-    """Escaped slashes → 400, case/params/method mismatches → 404, underscores → 400; none
-    reaches authz or the adapter."""
+    """Escaped slashes → 400, case/params mismatches → 404, a known path's wrong method → 405,
+    underscores → 400; none reaches authz or the adapter."""
     async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
         results = [
             (method, path, (await raw_request(envoy.port, method, path, headers)).status)
