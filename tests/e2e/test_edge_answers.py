@@ -154,6 +154,7 @@ WRONG_METHODS = [
     ("DELETE", "/a2a/", "POST"),
     ("POST", CARD_PATH, "GET"),
     ("DELETE", CARD_PATH, "GET"),
+    ("PUT", "/.well-known/jwks.json", "GET"),
 ]
 
 

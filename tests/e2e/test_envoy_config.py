@@ -39,6 +39,7 @@ with warnings.catch_warnings():
     from envoy_data_plane.envoy.config.bootstrap.v3 import Bootstrap
     from envoy_data_plane.envoy.config.core.v3 import (
         ApiVersion,
+        HeaderValueOptionHeaderAppendAction,
         HttpProtocolOptionsHeadersWithUnderscoresAction,
     )
     from envoy_data_plane.envoy.config.route.v3 import Route
@@ -412,36 +413,82 @@ def test_access_log_records_no_query_and_no_credentials(hcm: HttpConnectionManag
     assert set(re.findall(r"request\.headers\['([^']+)'\]", cel)) == {"x-request-id"}
 
 
+ADD_IF_ABSENT = HeaderValueOptionHeaderAppendAction.ADD_IF_ABSENT
+NOT_ENVOYS_OWN = "['ext_authz_denied', 'direct_response', 'lua_response']"
+# (what a mapper matches, the reason it answers, its Retry-After), in mapper order.
+MAPPERS = [
+    ("response.code_details == 'path_normalization_failed'", "bad_path", None),
+    ("response.code_details == 'http1.unexpected_underscore'", "bad_header_name", None),
+    ("response.code == 431", "headers_too_large", None),
+    ("response.code == 426", "upgrade_required", None),
+    ("response.code == 408", "request_timeout", None),
+    ("response.code_details == 'ext_authz_error'", "authz_unavailable", "5"),
+    ("response.code_details == 'ext_authz_invalid'", "authz_invalid_response", None),
+    ("UF,UH,UO,URX,UC", "upstream_unavailable", "5"),
+    ("UT,SI", "timeout", None),
+    ("response.code_details == 'request_payload_too_large'", "body_too_large", None),
+    (
+        "response.code >= 400 && response.code < 500"
+        f" && !(response.code_details in {NOT_ENVOYS_OWN})",
+        "bad_request",
+        None,
+    ),
+    (f"response.code >= 500 && !(response.code_details in {NOT_ENVOYS_OWN})", "edge_error", None),
+]
+
+
 def test_envoys_own_errors_are_json_and_never_rewrite_authz_denials(
     hcm: HttpConnectionManager,
 ) -> None:
-    """Each local-reply mapper matches what Envoy decided itself (a response flag other than
-    UAEX, or the code details of an ext_authz error or the body cap) and answers JSON."""
+    """Each local-reply mapper matches what Envoy decided itself (code details, a status only
+    Envoy sends, a response flag other than UAEX; the catch-alls exclude authz's denials and the
+    routes' and hygiene filter's own JSON) and answers JSON, no-store, with a request id."""
     assert hcm.local_reply_config is not None
-    reasons = {}
+    assert hcm.local_reply_config.body_format is None  # nothing rewrites every local reply
+    found = []
     for mapper in hcm.local_reply_config.mappers:
         flags = mapper.filter.response_flag_filter
         if flags is not None:
             assert "UAEX" not in flags.flags  # authz's denials carry UAEX
             matches = ",".join(flags.flags)
         else:
-            extension = mapper.filter.extension_filter
-            expression = extension.typed_config.unpack().expression
-            assert re.fullmatch(r"response\.code_details == '[a-z_]+'", expression)
-            assert "ext_authz_denied" not in expression
-            matches = expression.split("'")[1]
+            matches = mapper.filter.extension_filter.typed_config.unpack().expression
         body = mapper.body_format_override
         assert body.content_type == "application/json"
         fields = body.json_format.to_dict()
         assert set(fields) == {"error", "error_description"}
-        reasons[matches] = fields["error"]
-    assert reasons == {
-        "path_normalization_failed": "bad_path",
-        "ext_authz_error": "authz_unavailable",
-        "UF,UH,UO,URX,UC": "upstream_unavailable",
-        "UT,SI": "timeout",
-        "request_payload_too_large": "body_too_large",
-    }
+        headers = {h.header.key: (h.header.value, h.append_action) for h in mapper.headers_to_add}
+        assert headers["cache-control"][0] == "no-store"
+        assert headers["x-request-id"] == ("%UNIQUE_ID%", ADD_IF_ABSENT)
+        retry_after = headers.get("retry-after", (None,))[0]
+        found.append((matches, fields["error"], retry_after))
+    assert found == MAPPERS
+
+
+def test_every_answer_carries_its_request_id(hcm: HttpConnectionManager) -> None:
+    """x-request-id is set on every response (a client's own was never kept)."""
+    assert hcm.always_set_request_id_in_response is True
+
+
+def test_a_known_paths_other_methods_are_405_with_allow(routes: dict[str, Route]) -> None:
+    """After the card's and its keys' GET routes and /a2a's POST routes, any other method on
+    those paths is a direct 405 naming the allowed method, without authz."""
+    names = list(routes)
+    expected = {"public_methods": ("card_keys", "GET"), "a2a_methods": ("a2a_slash", "POST")}
+    for name, (after, allow) in expected.items():
+        route = routes[name]
+        assert names.index(name) == names.index(after) + 1
+        assert not route.match.headers  # every method
+        assert route.direct_response is not None and route.direct_response.status == 405
+        added = {h.header.key: h.header.value for h in route.response_headers_to_add}
+        assert added["allow"] == allow
+        assert json.loads(route.direct_response.body.inline_string)["error"] == (
+            "method_not_allowed"
+        )
+        assert _per_route(route, EXT_AUTHZ).disabled is True
+    public = routes["public_methods"].match.safe_regex.regex
+    assert public == r"/\.well-known/(agent-card|jwks)\.json"
+    assert routes["a2a_methods"].match.safe_regex.regex == "/a2a/?"
 
 
 def test_router_adds_no_envoy_headers(http_filters: dict[str, Any]) -> None:
