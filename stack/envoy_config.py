@@ -23,8 +23,10 @@ from typing import Any, cast
 import yaml
 
 from runtime.addresses import Address
+from stack.addresses import NotLoopback, require_loopback
 
 LISTENER = "public"
+ADMIN = "Envoy's admin API"  # drains listeners, changes log levels, dumps config: loopback only
 CLUSTERS = ("authz", "adapter")
 
 Config = dict[str, Any]
@@ -130,12 +132,17 @@ def render(
 ) -> Config:
     """A copy of `config` with the given sockets replaced; everything else is untouched.
 
-    `authz` and `adapter` take one address or several (replicas, balanced by the cluster).
+    `authz` and `adapter` take one address or several (replicas, balanced by the cluster). The
+    admin address must be loopback (`EnvoyConfigError` otherwise).
     """
     rendered = copy.deepcopy(config)
     if listen is not None:
         _assign(listener_socket(rendered), listen)
     if admin is not None:
+        try:
+            require_loopback(admin[0], ADMIN)
+        except NotLoopback as exc:
+            raise EnvoyConfigError(str(exc)) from None
         _assign(admin_socket(rendered), admin)
     for cluster, upstream in zip(CLUSTERS, (authz, adapter), strict=True):
         if upstream is not None:

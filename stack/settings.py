@@ -18,7 +18,7 @@ from runtime.addresses import Address
 from runtime.env import EnvReader
 from runtime.errors import ConfigError
 from stack.addresses import NotLoopback, require_loopback
-from stack.envoy_config import repo_config_path
+from stack.envoy_config import ADMIN, repo_config_path
 from stack.state import default_state_dir
 
 # variable → (flag of `orrery-a2a up`, default)
@@ -64,10 +64,14 @@ class StackSettings:
         on to check the components with what it could read."""
         reader = EnvReader(env)
         address = {name: reader.address(name, default) for name, (_, default) in ADDRESSES.items()}
-        try:
-            require_loopback(address["ORRERY_A2A_ISSUER_ADDR"][0])
-        except NotLoopback as exc:
-            reader.problem("ORRERY_A2A_ISSUER_ADDR", str(exc))
+        for name, what in (
+            ("ORRERY_A2A_ISSUER_ADDR", "the dev issuer"),
+            ("ORRERY_A2A_ENVOY_ADMIN_ADDR", ADMIN),
+        ):
+            try:
+                require_loopback(address[name][0], what)
+            except NotLoopback as exc:
+                reader.problem(name, str(exc))
         config = Path(reader.string("ORRERY_A2A_ENVOY_CONFIG", str(repo_config_path())))
         if not config.is_file():
             reader.problem("ORRERY_A2A_ENVOY_CONFIG", f"no such file: {config}")
