@@ -44,6 +44,7 @@ from google.protobuf import wrappers_pb2
 from google.rpc import status_pb2
 
 from stack import envoy_config
+from stack.edge_policy import EdgePolicy
 from tests.conftest import DATABASE_URL, REDIS_URL, require_service
 from tests.e2e.edge import Edge, envoy_yaml_with_timeouts, running_edge
 from tests.e2e.held_gateway import RELEASE_DIR
@@ -235,16 +236,23 @@ async def _listener_port(admin: str) -> int:
 
 @contextlib.asynccontextmanager
 async def envoy_for(
-    tmp_path: Path, *, authz_port: int, adapter_port: int, listen_host: str = "127.0.0.1"
+    tmp_path: Path,
+    *,
+    authz_port: int,
+    adapter_port: int,
+    listen_host: str = "127.0.0.1",
+    policy: EdgePolicy | None = None,
 ) -> AsyncIterator[RunningEnvoy]:
     """Run the real Envoy on `envoy/envoy.yaml`, re-pointed at the test's ports (its own listener
-    and admin on port 0: the bound ports are read back from the admin API, so no race)."""
+    and admin on port 0: the bound ports are read back from the admin API, so no race), with
+    `policy` rendered in as `orrery-a2a up` would."""
     config = envoy_config.render(
         envoy_config.load(ENVOY_YAML),
         listen=(listen_host, 0),
         admin=("127.0.0.1", 0),
         authz=("127.0.0.1", authz_port),
         adapter=("127.0.0.1", adapter_port),
+        policy=policy,
     )
     config_path = tmp_path / "envoy.yaml"
     envoy_config.write(config, config_path)
@@ -280,23 +288,28 @@ async def raw_request(
     *,
     body: bytes = b"",
     host: str = "127.0.0.1",
+    source: str | None = None,
 ) -> RawResponse:
-    """One HTTP/1.1 request written byte for byte (no client-side path normalisation)."""
+    """One HTTP/1.1 request written byte for byte (no client-side path normalisation), from the
+    loopback address `source` when given (Envoy then sees that peer)."""
     lines = [f"{method} {path} HTTP/1.1", "Host: edge.test", "Connection: close"]
     lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
     lines.append(f"Content-Length: {len(body)}")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    return await raw_exchange(port, head + body, host=host)
+    return await raw_exchange(port, head + body, host=host, source=source)
 
 
-async def raw_exchange(port: int, data: bytes, *, host: str = "127.0.0.1") -> RawResponse:
+async def raw_exchange(
+    port: int, data: bytes, *, host: str = "127.0.0.1", source: str | None = None
+) -> RawResponse:
     """Write `data` as it is (any bytes, any HTTP version, possibly an incomplete request), then
     read one response.
 
     The response is read by its framing (Content-Length or chunked), not to EOF: Envoy holds a
     connection it closes for up to its delayed-close timeout (1 s), which is not ours to wait out.
     """
-    reader, writer = await asyncio.open_connection(host, port)
+    local = None if source is None else (source, 0)
+    reader, writer = await asyncio.open_connection(host, port, local_addr=local)
     try:
         writer.write(data)
         await writer.drain()

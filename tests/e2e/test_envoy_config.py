@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from stack import envoy_config
+from stack.edge_policy import EdgePolicy
 from tests.e2e.conftest import (
     ENVOY_YAML,
     FakeAuthz,
@@ -51,9 +52,13 @@ with warnings.catch_warnings():
     from envoy_data_plane.envoy.type.v3 import StatusCode
 
 ANY_ADDRESS = "0.0.0.0"  # noqa: S104 (what compose binds; the unspecified address)
+SOURCE = "127.0.0.2"  # a client address of its own (Envoy's per-address budget)
 EXT_AUTHZ = "envoy.filters.http.ext_authz"
 HEADER_MUTATION = "envoy.filters.http.header_mutation"
 LUA = "envoy.filters.http.lua"
+LOCAL_RATE_LIMIT = "envoy.filters.http.local_ratelimit"
+BUFFER = "envoy.filters.http.buffer"
+FIXED_HEAP = "envoy.resource_monitors.fixed_heap"
 CONTRACT_HEADERS = {"authorization", "x-request-id", "traceparent", "tracestate"}
 MUTABLE_HEADERS = {
     "x-orrery-principal",
@@ -229,13 +234,14 @@ def test_ext_authz_may_only_touch_the_contract_headers(ext_authz: ExtAuthz) -> N
 
 
 def test_filter_order_puts_ext_authz_before_the_router(hcm: HttpConnectionManager) -> None:
-    """Request hygiene first, then header hygiene and the body cap before ext_authz; the router
-    is last."""
+    """Request hygiene first, the per-address budget, then header hygiene and the body cap
+    before ext_authz; the router is last."""
     names = [f.name for f in hcm.http_filters]
     assert names == [
         LUA,
+        LOCAL_RATE_LIMIT,
         HEADER_MUTATION,
-        "envoy.filters.http.buffer",
+        BUFFER,
         EXT_AUTHZ,
         "envoy.filters.http.router",
     ]
@@ -391,7 +397,83 @@ def test_request_headers_and_bodies_are_capped(
     assert hcm.common_http_protocol_options is not None
     assert hcm.common_http_protocol_options.max_headers_count is not None
     assert hcm.common_http_protocol_options.max_headers_count <= 100
-    assert http_filters["envoy.filters.http.buffer"].max_request_bytes == 64 * 1024
+    assert http_filters[BUFFER].max_request_bytes == 64 * 1024
+
+
+def test_buffering_before_authz_is_bounded(
+    bootstrap: Bootstrap, hcm: HttpConnectionManager, http_filters: dict[str, Any]
+) -> None:
+    """What one connection or stream may make Envoy hold before authz has said yes is bounded:
+    the listener's and the clusters' read buffers, the body the buffer filter holds (it runs
+    before ext_authz), HTTP/2 windows and streams per connection."""
+    (listener,) = bootstrap.static_resources.listeners
+    assert listener.per_connection_buffer_limit_bytes is not None
+    assert 0 < listener.per_connection_buffer_limit_bytes <= 64 * 1024
+    for cluster in bootstrap.static_resources.clusters:
+        limit = cluster.per_connection_buffer_limit_bytes
+        assert limit is not None and 0 < limit <= 64 * 1024, cluster.name
+    assert 0 < http_filters[BUFFER].max_request_bytes <= 1024 * 1024
+    names = [f.name for f in hcm.http_filters]
+    assert names.index(BUFFER) < names.index(EXT_AUTHZ)
+    h2 = hcm.http2_protocol_options
+    assert h2 is not None
+    assert h2.initial_stream_window_size is not None
+    assert h2.initial_stream_window_size <= 64 * 1024
+    assert h2.initial_connection_window_size is not None
+    assert h2.initial_connection_window_size <= 1024 * 1024
+    assert h2.max_concurrent_streams is not None and h2.max_concurrent_streams <= 100
+
+
+def test_envoy_sheds_load_by_heap_before_it_runs_out(bootstrap: Bootstrap) -> None:
+    """An overload manager watches a fixed heap budget: shrink the heap first, then reset the
+    streams holding the most memory, then stop accepting requests (503 overloaded), below 100 %."""
+    overload = bootstrap.overload_manager
+    assert overload is not None
+    monitors = {m.name: m.typed_config.unpack() for m in overload.resource_monitors}
+    assert monitors[FIXED_HEAP].max_heap_size_bytes == 1024**3
+    assert "envoy.resource_monitors.global_downstream_max_connections" in monitors
+    actions = {a.name: a.triggers for a in overload.actions}
+    assert set(actions) == {
+        "envoy.overload_actions.shrink_heap",
+        "envoy.overload_actions.reset_high_memory_stream",
+        "envoy.overload_actions.stop_accepting_requests",
+    }
+    for triggers in actions.values():
+        assert [t.name for t in triggers] == [FIXED_HEAP]
+    (shrink,) = actions["envoy.overload_actions.shrink_heap"]
+    (reset,) = actions["envoy.overload_actions.reset_high_memory_stream"]
+    (stop,) = actions["envoy.overload_actions.stop_accepting_requests"]
+    assert shrink.threshold is not None and stop.threshold is not None
+    assert reset.scaled is not None
+    assert shrink.threshold.value <= reset.scaled.scaling_threshold < stop.threshold.value
+    assert stop.threshold.value < reset.scaled.saturation_threshold < 1.0
+    # reset_high_memory_stream needs stream memory accounting; streams from 64 KiB up count.
+    assert overload.buffer_factory_config is not None
+    assert overload.buffer_factory_config.minimum_account_to_track_power_of_two == 16
+
+
+def test_unauthenticated_work_is_bounded_per_client_address(http_filters: dict[str, Any]) -> None:
+    """Before authz, each client address (the real peer: use_remote_address, no trusted hops)
+    has a token bucket — 100 requests a second, 200 at once by default — enforced for every
+    request; buckets for up to 10 000 addresses."""
+    limit = http_filters[LOCAL_RATE_LIMIT]
+    assert limit.status is None  # 429
+    for fraction in (limit.filter_enabled, limit.filter_enforced):
+        assert fraction is not None
+        assert fraction.default_value.numerator == 100
+        assert fraction.default_value.denominator == 0  # HUNDRED
+    assert limit.token_bucket is None  # no shared bucket: only per-address ones
+    assert limit.always_consume_default_token_bucket is False
+    assert limit.local_rate_limit_per_downstream_connection is False
+    (rate_limit,) = limit.rate_limits
+    (action,) = rate_limit.actions
+    assert action.remote_address is not None
+    (descriptor,) = limit.descriptors
+    assert [(e.key, e.value) for e in descriptor.entries] == [("remote_address", "")]
+    bucket = descriptor.token_bucket
+    assert (bucket.max_tokens, bucket.tokens_per_fill) == (200, 5)
+    assert bucket.fill_interval == datetime.timedelta(milliseconds=50)
+    assert limit.max_dynamic_descriptors == 10_000
 
 
 def test_access_log_records_no_query_and_no_credentials(hcm: HttpConnectionManager) -> None:
@@ -427,6 +509,8 @@ MAPPERS = [
     ("UF,UH,UO,URX,UC", "upstream_unavailable", "5"),
     ("UT,SI", "timeout", None),
     ("response.code_details == 'request_payload_too_large'", "body_too_large", None),
+    ("RL", "address_rate_limited", "1"),
+    ("OM", "overloaded", "10"),
     (
         "response.code >= 400 && response.code < 500"
         f" && !(response.code_details in {NOT_ENVOYS_OWN})",
@@ -541,6 +625,53 @@ async def test_access_log_leaves_out_query_strings(
     lines = [line for line in envoy.log.read_text().splitlines() if '"event":"access"' in line]
     assert any('"path":"/nope"' in line for line in lines), lines
     assert "leaked-secret" not in envoy.log.read_text()
+
+
+@pytest.mark.envoy
+async def test_a_client_address_over_its_budget_is_refused_before_authz(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """With a budget of 5 (5 a second), the sixth quick request from 127.0.0.2 is 429
+    address_rate_limited with Retry-After and never reaches authz, whatever x-forwarded-for it
+    claims; 127.0.0.3 has a bucket of its own."""
+    policy = EdgePolicy(client_rate=(5, 1), client_burst=5)
+    async with envoy_for(
+        tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port, policy=policy
+    ) as envoy:
+        flood = [
+            await raw_request(
+                envoy.port, "POST", "/a2a", {"x-forwarded-for": f"198.51.100.{n}"}, source=SOURCE
+            )
+            for n in range(12)
+        ]
+        other = await raw_request(envoy.port, "POST", "/a2a", source="127.0.0.3")
+    statuses = [response.status for response in flood]
+    assert statuses[:5] == [200] * 5
+    refused = [response for response in flood if response.status == 429]
+    assert len(refused) >= 5  # at most one token refilled meanwhile (one per 200 ms)
+    for response in refused:
+        assert json.loads(response.body)["error"] == "address_rate_limited"
+        assert response.headers["retry-after"] == "1"
+        assert response.headers["x-request-id"]
+    assert len(fake_authz.checks) == 12 - len(refused) + 1
+    assert other.status == 200
+
+
+@pytest.mark.envoy
+async def test_over_its_heap_budget_envoy_refuses_new_requests_with_503(
+    tmp_path: Path, recorder: Recorder, closed_port: int
+) -> None:
+    """A heap budget Envoy is already over (1 MiB): every action is on, and a request is 503
+    overloaded with Retry-After, JSON, and forwarded nowhere."""
+    policy = EdgePolicy(max_heap_bytes=1024 * 1024)
+    async with envoy_for(
+        tmp_path, authz_port=closed_port, adapter_port=recorder.port, policy=policy
+    ) as envoy:
+        response = await raw_request(envoy.port, "GET", "/.well-known/agent-card.json")
+    assert response.status == 503
+    assert json.loads(response.body)["error"] == "overloaded"
+    assert response.headers["retry-after"] == "10"
+    assert recorder.requests == []
 
 
 @pytest.mark.envoy
