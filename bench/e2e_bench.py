@@ -5,8 +5,9 @@ Cases, all in one run, driven by the same load tool (`wrk` + `bench/adapter_send
 
 * `edge` — Envoy + authz + adapter, started exactly as `orrery-a2a up` starts them
   (`stack.up.LocalStack`, `envoy/envoy.yaml` as shipped), one bearer token from the stack's dev
-  issuer. authz's rate limit and the adapter's in-flight cap are raised so one token can use every
-  connection; everything else (logs included) is as shipped.
+  issuer. authz's rate limit, the adapter's in-flight cap and Envoy's per-address budget are
+  raised so one token from one address can use every connection; everything else (logs included)
+  is as shipped.
 * `jwt-authn` — a second Envoy on a bench-only rendering of the same file in which ext_authz is
   replaced by Envoy's native `jwt_authn` (the same token; the issuer's JWKS inline as
   `local_jwks`), in front of the same adapter. The adapter trusts only an assertion bound to
@@ -64,7 +65,11 @@ WARM_UP_SECONDS = 2
 JWT_AUTHN_TYPE = "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication"
 BENCH_REQUEST_ID = "e2e-bench-static-request-id"
 SUBJECT, AGENT, CLIENT = "bench-user", "bench-agent", "dev-agent-client"  # the token's principal
-BENCH_ENV = {"ORRERY_A2A_RATE_LIMIT": "100000000/second", "ORRERY_A2A_MAX_IN_FLIGHT": "1000"}
+BENCH_ENV = {
+    "ORRERY_A2A_RATE_LIMIT": "100000000/second",
+    "ORRERY_A2A_MAX_IN_FLIGHT": "1000",
+    "ORRERY_A2A_CLIENT_RATE_LIMIT": "100000000/second",  # the load comes from one address
+}
 
 
 @dataclass

@@ -11,13 +11,14 @@ like to Envoy).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime.addresses import Address
 from runtime.env import EnvReader
 from runtime.errors import ConfigError
 from stack.addresses import NotLoopback, require_loopback
+from stack.edge_policy import EdgePolicy
 from stack.envoy_config import ADMIN, repo_config_path
 from stack.state import default_state_dir
 
@@ -49,6 +50,7 @@ class StackSettings:
     public_url: str | None = None
     # The user's own card-signing keys; without them `up` signs with a per-run key.
     card_signing_keys: str | None = None
+    edge: EdgePolicy = field(default_factory=EdgePolicy)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StackSettings:
@@ -88,5 +90,6 @@ class StackSettings:
             replicas=reader.integer("ORRERY_A2A_REPLICAS", 1, minimum=1, maximum=8),
             public_url=reader.raw("ORRERY_A2A_PUBLIC_URL") or None,
             card_signing_keys=reader.raw("ORRERY_A2A_CARD_SIGNING_KEYS") or None,
+            edge=EdgePolicy.read(reader),
         )
         return settings, reader.problems

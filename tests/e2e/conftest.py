@@ -379,6 +379,42 @@ def slow_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlowEdge]:
         yield SlowEdge(started, release_dir)
 
 
+TUNED_CLIENT_RATE = (20, 20)  # per second, at once
+
+
+@dataclass
+class TunedEdge:
+    """An edge started with a deployment's edge policy: a small per-address budget and one
+    browser origin (`http://127.0.0.1:<allowed port>`). `allowed` and `other` are sockets bound
+    on loopback for a test to serve pages from: the allowed origin and one that is not."""
+
+    edge: Edge
+    allowed: socket.socket
+    other: socket.socket
+
+    def origin(self, sock: socket.socket) -> str:
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture(scope="session")
+def tuned_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TunedEdge]:
+    """`orrery-a2a up` with ORRERY_A2A_CLIENT_RATE_LIMIT=20/second, _BURST=20 and
+    ORRERY_A2A_CORS_ORIGINS naming one loopback origin."""
+    allowed, other = bound_socket(), bound_socket()
+    rate, burst = TUNED_CLIENT_RATE
+    env = {
+        "ORRERY_A2A_CLIENT_RATE_LIMIT": f"{rate}/second",
+        "ORRERY_A2A_CLIENT_RATE_BURST": str(burst),
+        "ORRERY_A2A_CORS_ORIGINS": f"http://127.0.0.1:{allowed.getsockname()[1]}",
+    }
+    try:
+        with running_edge(tmp_path_factory.mktemp("tuned-edge"), env) as started:
+            yield TunedEdge(started, allowed, other)
+    finally:
+        allowed.close()
+        other.close()
+
+
 async def _drop_schema(database_url: str, schema: str) -> None:
     import asyncpg
 

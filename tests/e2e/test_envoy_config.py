@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -28,6 +29,7 @@ from tests.e2e.conftest import (
     ENVOY_YAML,
     FakeAuthz,
     Recorder,
+    RunningEnvoy,
     envoy_for,
     envoy_validate,
     raw_request,
@@ -56,6 +58,7 @@ SOURCE = "127.0.0.2"  # a client address of its own (Envoy's per-address budget)
 EXT_AUTHZ = "envoy.filters.http.ext_authz"
 HEADER_MUTATION = "envoy.filters.http.header_mutation"
 LUA = "envoy.filters.http.lua"
+CORS = "envoy.filters.http.cors"
 LOCAL_RATE_LIMIT = "envoy.filters.http.local_ratelimit"
 BUFFER = "envoy.filters.http.buffer"
 FIXED_HEAP = "envoy.resource_monitors.fixed_heap"
@@ -234,10 +237,11 @@ def test_ext_authz_may_only_touch_the_contract_headers(ext_authz: ExtAuthz) -> N
 
 
 def test_filter_order_puts_ext_authz_before_the_router(hcm: HttpConnectionManager) -> None:
-    """Request hygiene first, the per-address budget, then header hygiene and the body cap
-    before ext_authz; the router is last."""
+    """CORS preflights first, request hygiene, the per-address budget, then header hygiene and
+    the body cap before ext_authz; the router is last."""
     names = [f.name for f in hcm.http_filters]
     assert names == [
+        CORS,
         LUA,
         LOCAL_RATE_LIMIT,
         HEADER_MUTATION,
@@ -484,7 +488,7 @@ def test_access_log_records_no_query_and_no_credentials(hcm: HttpConnectionManag
     fields = log_format.json_format.to_dict()
     assert fields["path"] == "%CEL(request.url_path.contains('#') ? '-' : request.url_path)%"
     assert "request.headers['x-request-id']" in fields["request_id"]
-    assert [f.name for f in log_format.formatters] == ["envoy.formatter.cel"]
+    assert not log_format.formatters  # %CEL()% is built in (1.40 warns when it is listed)
     # Request headers logged verbatim: only :method, never a credential or the full :path.
     logged = {
         name.lower() for value in fields.values() for name in re.findall(r"%REQ\((.+?)\)%", value)
@@ -509,8 +513,8 @@ MAPPERS = [
     ("UF,UH,UO,URX,UC", "upstream_unavailable", "5"),
     ("UT,SI", "timeout", None),
     ("response.code_details == 'request_payload_too_large'", "body_too_large", None),
-    ("RL", "address_rate_limited", "1"),
-    ("OM", "overloaded", "10"),
+    ("response.code_details == 'local_rate_limited'", "address_rate_limited", "1"),
+    ("response.code_details == 'overload'", "overloaded", "10"),
     (
         "response.code >= 400 && response.code < 500"
         f" && !(response.code_details in {NOT_ENVOYS_OWN})",
@@ -657,6 +661,17 @@ async def test_a_client_address_over_its_budget_is_refused_before_authz(
     assert other.status == 200
 
 
+async def _stat_reaches(envoy: RunningEnvoy, name: str, value: int = 1) -> None:
+    """Wait until Envoy's gauge `name` is `value` (the overload manager samples every 250 ms)."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        for _ in range(200):
+            stats = await http.get(f"http://{envoy.admin}/stats", params={"format": "json"})
+            if {"name": name, "value": value} in stats.json()["stats"]:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"{name} never reached {value}")
+
+
 @pytest.mark.envoy
 async def test_over_its_heap_budget_envoy_refuses_new_requests_with_503(
     tmp_path: Path, recorder: Recorder, closed_port: int
@@ -667,11 +682,119 @@ async def test_over_its_heap_budget_envoy_refuses_new_requests_with_503(
     async with envoy_for(
         tmp_path, authz_port=closed_port, adapter_port=recorder.port, policy=policy
     ) as envoy:
+        await _stat_reaches(envoy, "overload.envoy.overload_actions.stop_accepting_requests.active")
         response = await raw_request(envoy.port, "GET", "/.well-known/agent-card.json")
     assert response.status == 503
     assert json.loads(response.body)["error"] == "overloaded"
     assert response.headers["retry-after"] == "10"
     assert recorder.requests == []
+
+
+ALLOWED_ORIGIN = "https://console.example"
+
+
+@pytest.mark.envoy
+async def test_cors_preflights_are_answered_by_envoy_for_allowed_origins_only(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """With an origin opted in, Envoy answers its preflights on the card, /a2a and /approvals/
+    (methods, request headers, max age, never credentials); another origin's preflight gets no
+    Access-Control-Allow-Origin, and one for a method the route does not take names only the
+    route's methods: a browser stops either. Preflights reach neither authz nor the upstream."""
+    policy = EdgePolicy(cors_origins=(ALLOWED_ORIGIN,))
+    wanted = {
+        "/.well-known/agent-card.json": "GET",
+        "/a2a": "POST",
+        "/a2a/": "POST",
+        "/approvals/act-1": "POST",
+    }
+    async with envoy_for(
+        tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port, policy=policy
+    ) as envoy:
+        allowed = {
+            path: await raw_request(
+                envoy.port,
+                "OPTIONS",
+                path,
+                {
+                    "origin": "https://Console.Example",
+                    "access-control-request-method": method,
+                    "access-control-request-headers": "authorization,content-type,a2a-version",
+                },
+            )
+            for path, method in wanted.items()
+        }
+        wrong_method = await raw_request(
+            envoy.port,
+            "OPTIONS",
+            "/.well-known/agent-card.json",
+            {"origin": ALLOWED_ORIGIN, "access-control-request-method": "POST"},
+        )
+        other = await raw_request(
+            envoy.port,
+            "OPTIONS",
+            "/a2a",
+            {"origin": "https://evil.example", "access-control-request-method": "POST"},
+        )
+    for path, response in allowed.items():
+        assert response.status == 200, path
+        assert response.headers["access-control-allow-origin"] == "https://Console.Example"
+        assert "authorization" in response.headers["access-control-allow-headers"]
+        assert response.headers["access-control-max-age"] == "600"
+        assert "access-control-allow-credentials" not in response.headers
+    assert allowed["/a2a"].headers["access-control-allow-methods"] == "POST"
+    assert allowed["/approvals/act-1"].headers["access-control-allow-methods"] == "GET, POST"
+    assert wrong_method.headers["access-control-allow-methods"] == "GET"  # a browser stops
+    assert other.status == 200  # answered by Envoy, never forwarded
+    assert "access-control-allow-origin" not in other.headers
+    assert fake_authz.checks == []
+    assert recorder.requests == []
+
+
+@pytest.mark.envoy
+async def test_cors_answers_let_an_allowed_page_read_replies_and_refusals(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """An allowed origin's requests get Access-Control-Allow-Origin and the exposed headers on
+    the card, on an allowed /a2a call and on authz's refusal; Vary: Origin on the card. Another
+    origin's get none. No file default: without a policy nothing is CORS-enabled."""
+    policy = EdgePolicy(cors_origins=(ALLOWED_ORIGIN,))
+    async with envoy_for(
+        tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port, policy=policy
+    ) as envoy:
+        origin = {"origin": ALLOWED_ORIGIN}
+        card = await raw_request(envoy.port, "GET", "/.well-known/agent-card.json", origin)
+        allowed = await raw_request(envoy.port, "POST", "/a2a", origin)
+        fake_authz.answer = "deny"
+        refused = await raw_request(envoy.port, "POST", "/a2a", origin)
+        other = await raw_request(
+            envoy.port, "GET", "/.well-known/agent-card.json", {"origin": "https://evil.example"}
+        )
+    for response in (card, allowed, refused):
+        assert response.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
+        assert "x-request-id" in response.headers["access-control-expose-headers"]
+        assert "www-authenticate" in response.headers["access-control-expose-headers"]
+    assert refused.status == 401
+    assert "origin" in card.headers["vary"].lower()
+    assert "access-control-allow-origin" not in other.headers
+
+
+@pytest.mark.envoy
+async def test_without_origins_no_answer_is_cors_enabled(
+    tmp_path: Path, recorder: Recorder, closed_port: int
+) -> None:
+    """The file as shipped: a preflight is not answered by Envoy, a card fetch carries no
+    Access-Control-Allow-Origin, so a browser page on another origin can read nothing."""
+    async with envoy_for(tmp_path, authz_port=closed_port, adapter_port=recorder.port) as envoy:
+        origin = {"origin": ALLOWED_ORIGIN}
+        preflight = await raw_request(
+            envoy.port, "OPTIONS", "/a2a", {**origin, "access-control-request-method": "POST"}
+        )
+        card = await raw_request(envoy.port, "GET", "/.well-known/agent-card.json", origin)
+    assert preflight.status == 405
+    assert card.status == 200
+    for response in (preflight, card):
+        assert not [name for name in response.headers if name.startswith("access-control-")]
 
 
 @pytest.mark.envoy
