@@ -35,10 +35,8 @@ import asyncio
 import io
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -47,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import adapter_bench` as a script
 
-from adapter_bench import WrkRun, cpu_seconds, mint, run_wrk, start_stock
+from adapter_bench import WrkRun, cpu_seconds, mint, run_in_scratch, run_wrk, start_stock
 
 from contract.assertion import AssertionKeys, sign
 from contract.identity import Principal
@@ -299,12 +297,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.duration > 20:
         parser.error("--duration: at most 20 s (jwt-authn's static assertion lives 30 s)")
-    work = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
-    try:
-        bench = asyncio.run(run(args, work))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    report(bench)
+    report(run_in_scratch("e2e-bench-", lambda work: run(args, work)))
 
 
 if __name__ == "__main__":

@@ -38,7 +38,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +46,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import adapter_bench` as a script
 
-from adapter_bench import cpu_seconds
+from adapter_bench import cpu_seconds, run_in_scratch
 
 from stack.settings import ADDRESSES, StackSettings
 from stack.state import StackState
@@ -261,12 +260,7 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         parser.error("wrk is not on the PATH")
-    work = Path(tempfile.mkdtemp(prefix="flood-bench-"))
-    try:
-        results = asyncio.run(run(args, work))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    report(results)
+    report(run_in_scratch("flood-bench-", lambda work: run(args, work)))
 
 
 if __name__ == "__main__":
