@@ -6,11 +6,12 @@ refusal first:
     0. route labels     unknown surface → 403 forbidden; no x-request-id → 400 bad_request
     1. reserved header  → 400 reserved_header
     2. hop header       → 508 loop_detected
-    3. Authorization    → 401 missing_credential / token_invalid
-    4. token            → 401 token_* / unknown_key, 503 keys_unavailable
-    5. principal        → 403 forbidden / insufficient_scope (incl. an identity too large to sign)
-    6. rate limit       → 429 rate_limited, 503 limiter_unavailable
-    7. allow            → the signed x-orrery-principal assertion (+ trace link)
+    3. query            → 400 invalid_request (an access token in the query)
+    4. Authorization    → 401 missing_credential / token_invalid
+    5. token            → 401 token_* / unknown_key, 503 keys_unavailable
+    6. principal        → 403 forbidden / insufficient_scope (incl. an identity too large to sign)
+    7. rate limit       → 429 rate_limited, 503 limiter_unavailable
+    8. allow            → the signed x-orrery-principal assertion (+ trace link)
 
 Nothing here knows about gRPC or protobuf: `service.py` turns a CheckRequest into a `CheckView`
 and the result into a CheckResponse; an HTTP ext_authz transport could do the same beside it.
@@ -46,10 +47,12 @@ _SURFACES: Mapping[str | None, Surface] = {
 
 @dataclass(frozen=True, slots=True)
 class CheckView:
-    """What the decision needs from a check: headers (lowercase names) and the route's surface."""
+    """What the decision needs from a check: headers (lowercase names), the route's surface
+    label and the request path (query string included)."""
 
     headers: Mapping[str, str]
     surface: str | None
+    path: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,7 @@ class Decider:
             headers = view.headers
             rid = credentials.request_id(headers)
             credentials.check_reserved(headers)
+            credentials.check_query(view.path)
             token = credentials.bearer_token(headers)
             now = self._clock()
             verified = await self._verifier.verify(token, self._audiences[surface], now)

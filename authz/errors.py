@@ -39,6 +39,13 @@ class ReservedHeader(BadRequest):
     reason = "reserved_header"
 
 
+class InvalidRequest(BadRequest):
+    """RFC 6750 §3.1 `invalid_request`: a token presented another way than the `Authorization`
+    header (an `access_token` in the query), which §2 forbids beside it and §2.3 makes leak."""
+
+    reason = "invalid_request"
+
+
 class LoopDetected(Denial):
     """The request came from Orrery itself (it carries the hop header)."""
 

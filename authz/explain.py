@@ -39,6 +39,8 @@ from contract.jose import json_object_segment
 
 TOKEN_VARIABLE = "ORRERY_A2A_TOKEN"  # noqa: S105 - the variable's name, not a secret
 SURFACES: tuple[Surface, ...] = get_args(Surface)
+# A route of each surface, as Envoy would send its path (the decision reads the query from it).
+EXPLAINED_PATHS: Mapping[Surface, str] = {"a2a": "/a2a", "approvals": "/approvals/explain"}
 ALLOWED_ON_SOME = 0
 DENIED_EVERYWHERE = 1
 # What the token says about itself, shown unverified (never the signature, never the token).
@@ -114,6 +116,7 @@ async def explain(settings: AuthzSettings, token: str) -> list[Verdict]:
             view = CheckView(
                 headers={"authorization": f"Bearer {token}", "x-request-id": f"explain-{surface}"},
                 surface=surface,
+                path=EXPLAINED_PATHS[surface],
             )
             result = await decider.decide(view)
             if isinstance(result, Allow):

@@ -29,7 +29,14 @@ from envoy.type.v3.http_status_pb2 import HttpStatus
 from google.rpc import code_pb2
 from google.rpc.status_pb2 import Status
 
-from authz.errors import Denial, InsufficientScope, MissingCredential, RateLimited, Unauthenticated
+from authz.errors import (
+    Denial,
+    InsufficientScope,
+    InvalidRequest,
+    MissingCredential,
+    RateLimited,
+    Unauthenticated,
+)
 from contract.headers import (
     BEARER_CHALLENGE,
     PRINCIPAL_HEADER,
@@ -113,6 +120,8 @@ def denial_headers(denial: Denial) -> list[tuple[str, str]]:
     """The headers a denial adds beyond content-type (shared with any future HTTP transport)."""
     if isinstance(denial, MissingCredential):
         return [("www-authenticate", BEARER_CHALLENGE)]
+    if isinstance(denial, InvalidRequest):
+        return [("www-authenticate", _challenge("invalid_request", denial.description))]
     if isinstance(denial, Unauthenticated):
         return [("www-authenticate", _challenge("invalid_token", denial.description))]
     if isinstance(denial, InsufficientScope):

@@ -1,15 +1,16 @@
 """The gRPC glue: CheckRequest → `CheckView` → decision → CheckResponse, one log event, metrics.
 
 This is the only module that touches the transport. The log event `decision` carries the
-decision, reason code, HTTP status, surface, principal key, request id, path without its query,
-and latency — never a token, a header value other than the request id, or the assertion.
-A bug inside the decision is logged (`check_failed`, by exception type only) and surfaces as a
-gRPC INTERNAL error, which Envoy turns into its configured fail-closed status (503).
+decision, reason code, HTTP status, surface, principal key, request id, path without its query
+or fragment, and latency — never a token, a header value other than the request id, or the
+assertion. A bug inside the decision is logged (`check_failed`, by exception type only) and
+surfaces as a gRPC INTERNAL error, which Envoy turns into its configured fail-closed status (503).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -23,6 +24,7 @@ from contract.identity import Principal
 from runtime import logs
 
 MAX_LOGGED_PATH = 256
+_QUERY_OR_FRAGMENT = re.compile(r"[?#]")
 
 logger = logging.getLogger("authz.decision")
 
@@ -44,7 +46,13 @@ def check_view(request: CheckRequest) -> CheckView:
             joined[name] = f"{joined[name]},{value}" if name in joined else value
         headers = joined
     extensions = request.attributes.context_extensions
-    return CheckView(headers=headers, surface=extensions.get("surface"))
+    return CheckView(headers=headers, surface=extensions.get("surface"), path=http.path)
+
+
+def logged_path(path: str) -> str:
+    """The path without its query or fragment, where a client may put anything (credentials
+    included), cut to `MAX_LOGGED_PATH` characters."""
+    return _QUERY_OR_FRAGMENT.split(path, maxsplit=1)[0][:MAX_LOGGED_PATH]
 
 
 class AuthorizationService(external_auth_pb2_grpc.AuthorizationServicer):  # type: ignore[misc]
@@ -82,7 +90,7 @@ class AuthorizationService(external_auth_pb2_grpc.AuthorizationServicer):  # typ
             surface=result.surface,
             principal=who.key if who is not None else None,
             request_id=result.request_id,
-            path=request.attributes.request.http.path.partition("?")[0][:MAX_LOGGED_PATH],
+            path=logged_path(request.attributes.request.http.path),
             ms=round(elapsed * 1000.0, 3),
         )
         return response

@@ -9,7 +9,6 @@ echoed in it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from urllib.parse import urlsplit
 from authz.principal import RoleRules
 from contract.assertion import AssertionKeys
 from contract.identity import DEFAULT_ROLE_AUTONOMY, is_identifier, parse_role_autonomy
-from runtime.env import EnvReader, is_loopback_url
+from runtime.env import EnvReader, is_loopback_url, parse_rate
 
 # Asymmetric JWS algorithms we can verify (RFC 7518 §3, RFC 8037). HMAC and `none` are absent on
 # purpose: a shared secret would let anyone who can verify tokens also mint them.
@@ -30,8 +29,6 @@ DEFAULT_ALGORITHMS = "RS256,PS256,ES256,EdDSA"
 # Pinned by docs/contract.md#bearer-tokens: clock leeway for exp/nbf/iat.
 LEEWAY_SECONDS = 60
 
-_PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
-_RATE = re.compile(r"(\d+)\s*/\s*(second|minute|hour|day)s?")
 
 FailureMode = Literal["local", "deny"]
 
@@ -227,11 +224,3 @@ def parse_console_clients(text: str) -> frozenset[str]:
     if bad:
         raise ValueError(f"not client ids: {', '.join(map(repr, bad))}")
     return clients
-
-
-def parse_rate(text: str) -> tuple[int, int]:
-    """`60/minute` → (60, 60): a count per second, minute, hour or day."""
-    match = _RATE.fullmatch(text.strip().lower())
-    if not match or int(match[1]) < 1:
-        raise ValueError(f"expected a rate like 60/minute got {text!r}")
-    return int(match[1]), _PERIODS[match[2]]

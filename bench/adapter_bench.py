@@ -16,9 +16,11 @@ Prints the ratio; asserts nothing. Needs `wrk` and the `bench` extra (starlette,
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -26,8 +28,10 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from contract.assertion import AssertionKeys, new_keys_spec, sign
 from contract.identity import Principal
@@ -85,6 +89,19 @@ def start_stock(otel: str) -> tuple[subprocess.Popen[str], int]:
     port = json.loads(process.stdout.readline())["port"]
     drain(process.stdout)
     return process, int(port)
+
+
+T = TypeVar("T")
+
+
+def run_in_scratch(prefix: str, run: Callable[[Path], Coroutine[Any, Any, T]]) -> T:
+    """`asyncio.run(run(work))` in a fresh temporary directory, removed afterwards (the stacks
+    the end-to-end benches start keep their state and logs there)."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        return asyncio.run(run(work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def cpu_seconds(pid: int) -> float:

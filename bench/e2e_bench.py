@@ -5,8 +5,9 @@ Cases, all in one run, driven by the same load tool (`wrk` + `bench/adapter_send
 
 * `edge` — Envoy + authz + adapter, started exactly as `orrery-a2a up` starts them
   (`stack.up.LocalStack`, `envoy/envoy.yaml` as shipped), one bearer token from the stack's dev
-  issuer. authz's rate limit and the adapter's in-flight cap are raised so one token can use every
-  connection; everything else (logs included) is as shipped.
+  issuer. authz's rate limit, the adapter's in-flight cap and Envoy's per-address budget are
+  raised so one token from one address can use every connection; everything else (logs included)
+  is as shipped.
 * `jwt-authn` — a second Envoy on a bench-only rendering of the same file in which ext_authz is
   replaced by Envoy's native `jwt_authn` (the same token; the issuer's JWKS inline as
   `local_jwks`), in front of the same adapter. The adapter trusts only an assertion bound to
@@ -34,10 +35,8 @@ import asyncio
 import io
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -46,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import adapter_bench` as a script
 
-from adapter_bench import WrkRun, cpu_seconds, mint, run_wrk, start_stock
+from adapter_bench import WrkRun, cpu_seconds, mint, run_in_scratch, run_wrk, start_stock
 
 from contract.assertion import AssertionKeys, sign
 from contract.identity import Principal
@@ -64,7 +63,11 @@ WARM_UP_SECONDS = 2
 JWT_AUTHN_TYPE = "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication"
 BENCH_REQUEST_ID = "e2e-bench-static-request-id"
 SUBJECT, AGENT, CLIENT = "bench-user", "bench-agent", "dev-agent-client"  # the token's principal
-BENCH_ENV = {"ORRERY_A2A_RATE_LIMIT": "100000000/second", "ORRERY_A2A_MAX_IN_FLIGHT": "1000"}
+BENCH_ENV = {
+    "ORRERY_A2A_RATE_LIMIT": "100000000/second",
+    "ORRERY_A2A_MAX_IN_FLIGHT": "1000",
+    "ORRERY_A2A_CLIENT_RATE_LIMIT": "100000000/second",  # the load comes from one address
+}
 
 
 @dataclass
@@ -294,12 +297,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.duration > 20:
         parser.error("--duration: at most 20 s (jwt-authn's static assertion lives 30 s)")
-    work = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
-    try:
-        bench = asyncio.run(run(args, work))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    report(bench)
+    report(run_in_scratch("e2e-bench-", lambda work: run(args, work)))
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ settings are built and `finish()` raises one `ConfigError` that names them all. 
 echoed for variables that may hold secrets.
 
 authz, the adapter and the local stack build their frozen settings with it
-(`Settings.from_env(env)`); the checks more than one of them makes (durations, addresses, the log
-level, a Redis URL) are written once, here.
+(`Settings.from_env(env)`); the checks more than one of them makes (durations, addresses, rates,
+the log level, a Redis URL) are written once, here.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ T = TypeVar("T")
 
 _DURATION = re.compile(r"(\d+)(ms|s|m|h)?")
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+_RATE = re.compile(r"(\d+)\s*/\s*(second|minute|hour|day)s?")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -127,6 +129,14 @@ def parse_duration(text: str, *, minimum: float = 0.0) -> float:
     if value < minimum:
         raise ValueError(f"must be at least {minimum:g}s")
     return value
+
+
+def parse_rate(text: str) -> tuple[int, int]:
+    """`60/minute` → (60, 60): a count per second, minute, hour or day."""
+    match = _RATE.fullmatch(text.strip().lower())
+    if not match or int(match[1]) < 1:
+        raise ValueError(f"expected a rate like 60/minute got {text!r}")
+    return int(match[1]), _PERIODS[match[2]]
 
 
 def _log_level(text: str) -> str:

@@ -1,5 +1,6 @@
-"""The local stack's own address rules: the dev issuer binds loopback only, and where a local
-client reaches a listener. (Parsing and formatting addresses is `runtime.addresses`.)"""
+"""The local stack's own address rules: the dev issuer and Envoy's admin API bind loopback only,
+and where a local client reaches a listener. (Parsing and formatting addresses is
+`runtime.addresses`.)"""
 
 from __future__ import annotations
 
@@ -7,16 +8,17 @@ from runtime.addresses import Address, format_address, is_loopback_host
 
 
 class NotLoopback(ValueError):
-    """A dev-only component was asked to bind a non-loopback address."""
+    """A loopback-only socket (the dev issuer, Envoy's admin API) was given another address."""
 
 
-def require_loopback(host: str) -> str:
-    """Return `host` if it is a literal loopback address (127.0.0.0/8 or ::1), else refuse.
+def require_loopback(host: str, what: str = "the dev issuer") -> str:
+    """Return `host` if it is a literal loopback address (127.0.0.0/8 or ::1), else refuse,
+    naming `what` binds there.
 
     Names are refused too, `localhost` included: what a name resolves to is not ours to decide.
     """
     if not is_loopback_host(host):
-        raise NotLoopback(f"the dev issuer binds loopback only (127.0.0.1 or ::1), not {host!r}")
+        raise NotLoopback(f"{what} binds loopback only (127.0.0.1 or ::1), not {host!r}")
     return host
 
 

@@ -10,7 +10,8 @@ the same shape), and reports every problem:
 * **authz**, **adapter** — `python -m authz check`, `python -m adapter check` (the stack never
   imports the services: it runs their checks, `runtime.checks`), including `--replicas`
   prerequisites (replicated adapters need `DATABASE_URL` and `ORRERY_A2A_REDIS_URL`);
-* **envoy** — the bootstrap rendered with the stack's addresses, through `envoy --mode validate`.
+* **envoy** — the bootstrap rendered with the stack's addresses and the edge's policy, through
+  `envoy --mode validate`.
 
 Nothing is started and nothing listens; the checks run side by side. `up` runs this first.
 """
@@ -123,6 +124,7 @@ async def envoy_problems(settings: StackSettings, env: Mapping[str, str]) -> lis
             admin=settings.admin,
             authz=settings.authz if settings.replicas == 1 else (settings.authz[0], 0),
             adapter=settings.adapter if settings.replicas == 1 else (settings.adapter[0], 0),
+            policy=settings.edge,
         )
         binary = envoy_config.envoy_binary(dict(env))
     except envoy_config.EnvoyConfigError as exc:

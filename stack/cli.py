@@ -31,6 +31,7 @@ from runtime.env import parse_duration
 from runtime.errors import ConfigError
 from runtime.version import version
 from stack import envoy_config
+from stack.edge_policy import EdgePolicy
 from stack.settings import ADDRESSES, StackSettings
 from stack.state import StackError, StackState, default_state_dir
 from stack.tokens import TOKEN_KINDS, TokenKind, TokenRequest, mint_for_stack
@@ -138,6 +139,7 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
         help="authz and adapter processes behind Envoy (ORRERY_A2A_REPLICAS; 1); more than one"
         " needs DATABASE_URL and ORRERY_A2A_REDIS_URL",
     )
+    _edge_policy_options(parser)
     parser.add_argument(
         "--envoy-config",
         dest="ORRERY_A2A_ENVOY_CONFIG",
@@ -252,8 +254,35 @@ def build_parser() -> argparse.ArgumentParser:
         render_cmd.add_argument(
             f"--{name}", type=_address, metavar="HOST:PORT", help=f"{what} (unchanged if absent)"
         )
+    _edge_policy_options(render_cmd)
 
     return parser
+
+
+def _edge_policy_options(parser: argparse.ArgumentParser) -> None:
+    """What `stack.edge_policy` reads, as flags that win over their variables."""
+    for flag, variable, metavar, text in (
+        (
+            "--cors-origins",
+            "ORRERY_A2A_CORS_ORIGINS",
+            "ORIGINS",
+            "browser origins, comma-separated, or *",
+        ),
+        (
+            "--client-rate-limit",
+            "ORRERY_A2A_CLIENT_RATE_LIMIT",
+            "RATE",
+            "per client address, e.g. 100/second",
+        ),
+        (
+            "--client-rate-burst",
+            "ORRERY_A2A_CLIENT_RATE_BURST",
+            "N",
+            "requests at once per client address",
+        ),
+        ("--max-heap", "ORRERY_A2A_ENVOY_MAX_HEAP", "SIZE", "Envoy's heap budget, e.g. 512MiB"),
+    ):
+        parser.add_argument(flag, dest=variable, metavar=metavar, help=f"{text} ({variable})")
 
 
 def _env_with_flags(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, str]:
@@ -395,6 +424,7 @@ def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         admin=args.admin,
         authz=args.authz,
         adapter=args.adapter,
+        policy=EdgePolicy.from_env(env),
     )
     if args.out is None:
         import yaml

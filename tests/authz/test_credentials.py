@@ -6,6 +6,7 @@ import pytest
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest
 
 from tests.authz.support import Issuer, RunningAuthz, denied, ok_headers
+from tests.query_credentials import ACCEPTED, FRAGMENTS, REFUSED
 
 
 @pytest.mark.parametrize("name", ["x-orrery-principal", "x-orrery-trace-link", "x-orrery-anything"])
@@ -152,3 +153,38 @@ async def test_denial_never_echoes_the_token(authz: RunningAuthz, issuer: Issuer
     raw = response.SerializeToString()
     assert token.encode() not in raw
     assert token.split(".")[1].encode() not in raw
+
+
+QUERY_CHALLENGE = (
+    'Bearer realm="orrery-a2a", error="invalid_request", '
+    'error_description="an access token is accepted only in the Authorization header"'
+)
+
+
+@pytest.mark.parametrize(
+    "suffix",
+    [*(f"?{query}" for query in REFUSED.values()), *FRAGMENTS.values()],
+    ids=[*REFUSED.keys(), *FRAGMENTS.keys()],
+)
+async def test_an_access_token_in_the_query_is_refused_400(
+    authz: RunningAuthz, issuer: Issuer, suffix: str
+) -> None:
+    """RFC 6750 §2 + §3.1: a token in the query (any spelling), even beside a valid bearer
+    header, is 400 invalid_request with its challenge — behind any proxy, not only our Envoy."""
+    refusal = denied(await authz.check(token=issuer.token(), path=f"/a2a{suffix}"))
+    assert (refusal.status, refusal.reason) == (400, "invalid_request")
+    assert refusal.headers["www-authenticate"] == QUERY_CHALLENGE
+
+
+@pytest.mark.parametrize("query", ACCEPTED.values(), ids=ACCEPTED.keys())
+async def test_a_query_without_a_token_is_allowed(
+    authz: RunningAuthz, issuer: Issuer, query: str
+) -> None:
+    """Look-alikes of the parameter name are no credential."""
+    assert ok_headers(await authz.check(token=issuer.token(), path=f"/a2a?{query}"))
+
+
+async def test_the_query_is_checked_before_the_bearer(authz: RunningAuthz) -> None:
+    """No Authorization header at all: still invalid_request, not missing_credential."""
+    refusal = denied(await authz.check(path="/a2a?access_token=x"))
+    assert refusal.reason == "invalid_request"

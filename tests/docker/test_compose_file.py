@@ -236,3 +236,16 @@ def test_docker_env_exports_the_images_the_tests_expect() -> None:
     values = dict(re.findall(r"^export (\w+)=(\S+)$", exported, re.MULTILINE))
     assert values.pop("DOCKER_HOST") == "unix:///nonexistent/orrery/run/docker.sock"
     assert values == engine.stand_in_images({})
+
+
+def test_the_edge_policy_reaches_the_renderer(services: dict[str, Any]) -> None:
+    """CORS origins, the per-address budget and the heap budget are passed to `envoy-config`
+    (empty: the file's own values)."""
+    environment = services["envoy-config"]["environment"]
+    for variable in (
+        "ORRERY_A2A_CORS_ORIGINS",
+        "ORRERY_A2A_CLIENT_RATE_LIMIT",
+        "ORRERY_A2A_CLIENT_RATE_BURST",
+        "ORRERY_A2A_ENVOY_MAX_HEAP",
+    ):
+        assert environment[variable] == f"${{{variable}:-}}"

@@ -44,6 +44,7 @@ from google.protobuf import wrappers_pb2
 from google.rpc import status_pb2
 
 from stack import envoy_config
+from stack.edge_policy import EdgePolicy
 from tests.conftest import DATABASE_URL, REDIS_URL, require_service
 from tests.e2e.edge import Edge, envoy_yaml_with_timeouts, running_edge
 from tests.e2e.held_gateway import RELEASE_DIR
@@ -235,16 +236,23 @@ async def _listener_port(admin: str) -> int:
 
 @contextlib.asynccontextmanager
 async def envoy_for(
-    tmp_path: Path, *, authz_port: int, adapter_port: int, listen_host: str = "127.0.0.1"
+    tmp_path: Path,
+    *,
+    authz_port: int,
+    adapter_port: int,
+    listen_host: str = "127.0.0.1",
+    policy: EdgePolicy | None = None,
 ) -> AsyncIterator[RunningEnvoy]:
     """Run the real Envoy on `envoy/envoy.yaml`, re-pointed at the test's ports (its own listener
-    and admin on port 0: the bound ports are read back from the admin API, so no race)."""
+    and admin on port 0: the bound ports are read back from the admin API, so no race), with
+    `policy` rendered in as `orrery-a2a up` would."""
     config = envoy_config.render(
         envoy_config.load(ENVOY_YAML),
         listen=(listen_host, 0),
         admin=("127.0.0.1", 0),
         authz=("127.0.0.1", authz_port),
         adapter=("127.0.0.1", adapter_port),
+        policy=policy,
     )
     config_path = tmp_path / "envoy.yaml"
     envoy_config.write(config, config_path)
@@ -280,18 +288,30 @@ async def raw_request(
     *,
     body: bytes = b"",
     host: str = "127.0.0.1",
+    source: str | None = None,
 ) -> RawResponse:
-    """One HTTP/1.1 request written byte for byte (no client-side path normalisation).
+    """One HTTP/1.1 request written byte for byte (no client-side path normalisation), from the
+    loopback address `source` when given (Envoy then sees that peer)."""
+    lines = [f"{method} {path} HTTP/1.1", "Host: edge.test", "Connection: close"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    lines.append(f"Content-Length: {len(body)}")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return await raw_exchange(port, head + body, host=host, source=source)
+
+
+async def raw_exchange(
+    port: int, data: bytes, *, host: str = "127.0.0.1", source: str | None = None
+) -> RawResponse:
+    """Write `data` as it is (any bytes, any HTTP version, possibly an incomplete request), then
+    read one response.
 
     The response is read by its framing (Content-Length or chunked), not to EOF: Envoy holds a
     connection it closes for up to its delayed-close timeout (1 s), which is not ours to wait out.
     """
-    reader, writer = await asyncio.open_connection(host, port)
+    local = None if source is None else (source, 0)
+    reader, writer = await asyncio.open_connection(host, port, local_addr=local)
     try:
-        lines = [f"{method} {path} HTTP/1.1", "Host: edge.test", "Connection: close"]
-        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
-        lines.append(f"Content-Length: {len(body)}")
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        writer.write(data)
         await writer.drain()
         head = await reader.readuntil(b"\r\n\r\n")
         status_line, *header_lines = head.decode("latin-1").rstrip("\r\n").split("\r\n")
@@ -357,6 +377,42 @@ def slow_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlowEdge]:
     }
     with running_edge(root, env, config) as started:
         yield SlowEdge(started, release_dir)
+
+
+TUNED_CLIENT_RATE = (20, 20)  # per second, at once
+
+
+@dataclass
+class TunedEdge:
+    """An edge started with a deployment's edge policy: a small per-address budget and one
+    browser origin (`http://127.0.0.1:<allowed port>`). `allowed` and `other` are sockets bound
+    on loopback for a test to serve pages from: the allowed origin and one that is not."""
+
+    edge: Edge
+    allowed: socket.socket
+    other: socket.socket
+
+    def origin(self, sock: socket.socket) -> str:
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture(scope="session")
+def tuned_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TunedEdge]:
+    """`orrery-a2a up` with ORRERY_A2A_CLIENT_RATE_LIMIT=20/second, _BURST=20 and
+    ORRERY_A2A_CORS_ORIGINS naming one loopback origin."""
+    allowed, other = bound_socket(), bound_socket()
+    rate, burst = TUNED_CLIENT_RATE
+    env = {
+        "ORRERY_A2A_CLIENT_RATE_LIMIT": f"{rate}/second",
+        "ORRERY_A2A_CLIENT_RATE_BURST": str(burst),
+        "ORRERY_A2A_CORS_ORIGINS": f"http://127.0.0.1:{allowed.getsockname()[1]}",
+    }
+    try:
+        with running_edge(tmp_path_factory.mktemp("tuned-edge"), env) as started:
+            yield TunedEdge(started, allowed, other)
+    finally:
+        allowed.close()
+        other.close()
 
 
 async def _drop_schema(database_url: str, schema: str) -> None:

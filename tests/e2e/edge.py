@@ -21,6 +21,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -172,6 +173,21 @@ class Edge:
                     return record
             await asyncio.sleep(0.05)
         raise AssertionError(f"{name} logged no {event} with {fields}")
+
+    async def access(self, request_id: str) -> dict[str, Any]:
+        """Envoy's access-log line for `request_id`, once Envoy has written it."""
+        return await self.event("envoy", "access", request_id=request_id)
+
+    async def envoy_counter(self, name: str) -> int:
+        """One of Envoy's counters from its admin API, e.g. `cluster.adapter.upstream_rq_total`
+        (how many requests Envoy sent to the adapter)."""
+        async with httpx.AsyncClient(timeout=30) as http:
+            response = await http.get(
+                f"http://{self.state.admin}/stats",
+                params={"format": "json", "filter": f"^{re.escape(name)}$"},
+            )
+        (stat,) = [s for s in response.json()["stats"] if s.get("name") == name]
+        return int(stat["value"])
 
     async def _adapter_metric(self, sample_name: str) -> float:
         return await metric(f"{self.adapter_url}/metrics", sample_name)

@@ -19,14 +19,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
 from stack import envoy_config
+from stack.edge_policy import EdgePolicy
 from tests.e2e.conftest import (
     ENVOY_YAML,
     FakeAuthz,
     Recorder,
+    RunningEnvoy,
     envoy_for,
     envoy_validate,
     raw_request,
@@ -39,6 +42,7 @@ with warnings.catch_warnings():
     from envoy_data_plane.envoy.config.bootstrap.v3 import Bootstrap
     from envoy_data_plane.envoy.config.core.v3 import (
         ApiVersion,
+        HeaderValueOptionHeaderAppendAction,
         HttpProtocolOptionsHeadersWithUnderscoresAction,
     )
     from envoy_data_plane.envoy.config.route.v3 import Route
@@ -50,8 +54,14 @@ with warnings.catch_warnings():
     from envoy_data_plane.envoy.type.v3 import StatusCode
 
 ANY_ADDRESS = "0.0.0.0"  # noqa: S104 (what compose binds; the unspecified address)
+SOURCE = "127.0.0.2"  # a client address of its own (Envoy's per-address budget)
 EXT_AUTHZ = "envoy.filters.http.ext_authz"
 HEADER_MUTATION = "envoy.filters.http.header_mutation"
+LUA = "envoy.filters.http.lua"
+CORS = "envoy.filters.http.cors"
+LOCAL_RATE_LIMIT = "envoy.filters.http.local_ratelimit"
+BUFFER = "envoy.filters.http.buffer"
+FIXED_HEAP = "envoy.resource_monitors.fixed_heap"
 CONTRACT_HEADERS = {"authorization", "x-request-id", "traceparent", "tracestate"}
 MUTABLE_HEADERS = {
     "x-orrery-principal",
@@ -227,11 +237,15 @@ def test_ext_authz_may_only_touch_the_contract_headers(ext_authz: ExtAuthz) -> N
 
 
 def test_filter_order_puts_ext_authz_before_the_router(hcm: HttpConnectionManager) -> None:
-    """Header hygiene and the body cap run before ext_authz; the router is last."""
+    """CORS preflights first, request hygiene, the per-address budget, then header hygiene and
+    the body cap before ext_authz; the router is last."""
     names = [f.name for f in hcm.http_filters]
     assert names == [
+        CORS,
+        LUA,
+        LOCAL_RATE_LIMIT,
         HEADER_MUTATION,
-        "envoy.filters.http.buffer",
+        BUFFER,
         EXT_AUTHZ,
         "envoy.filters.http.router",
     ]
@@ -338,15 +352,22 @@ def test_connection_manager_normalises_paths_and_refuses_tricks(hcm: HttpConnect
     )
 
 
-def test_client_copies_of_trusted_headers_are_removed_first(hcm: HttpConnectionManager) -> None:
-    """Before routing and filters: x-orrery-principal, x-orrery-trace-link, x-forwarded-for go."""
+def test_the_clients_forwarded_for_is_removed_first(hcm: HttpConnectionManager) -> None:
+    """Before routing and filters only x-forwarded-for goes: client copies of x-orrery-* reach
+    the hygiene filter, which refuses them (stripped, they would be served unnoticed)."""
     (extension,) = hcm.early_header_mutation_extensions
     mutations = extension.typed_config.unpack().mutations
-    assert {m.remove for m in mutations} == {
-        "x-orrery-principal",
-        "x-orrery-trace-link",
-        "x-forwarded-for",
-    }
+    assert [m.remove for m in mutations] == ["x-forwarded-for"]
+
+
+def test_the_hygiene_filter_refuses_reserved_headers_and_query_tokens(
+    http_filters: dict[str, Any],
+) -> None:
+    """The Lua filter runs on every route (no per-route switch) and names both refusals."""
+    source = http_filters[LUA].default_source_code.inline_string
+    for needle in ('"x-orrery-"', '"x-orrery-hop"', '"reserved_header"', '"invalid_request"'):
+        assert needle in source
+    assert 'name:lower() == "access_token"' in source
 
 
 def test_timeouts_bound_requests_but_keep_sse_streams_alive(
@@ -380,52 +401,182 @@ def test_request_headers_and_bodies_are_capped(
     assert hcm.common_http_protocol_options is not None
     assert hcm.common_http_protocol_options.max_headers_count is not None
     assert hcm.common_http_protocol_options.max_headers_count <= 100
-    assert http_filters["envoy.filters.http.buffer"].max_request_bytes == 64 * 1024
+    assert http_filters[BUFFER].max_request_bytes == 64 * 1024
+
+
+def test_buffering_before_authz_is_bounded(
+    bootstrap: Bootstrap, hcm: HttpConnectionManager, http_filters: dict[str, Any]
+) -> None:
+    """What one connection or stream may make Envoy hold before authz has said yes is bounded:
+    the listener's and the clusters' read buffers, the body the buffer filter holds (it runs
+    before ext_authz), HTTP/2 windows and streams per connection."""
+    (listener,) = bootstrap.static_resources.listeners
+    assert listener.per_connection_buffer_limit_bytes is not None
+    assert 0 < listener.per_connection_buffer_limit_bytes <= 64 * 1024
+    for cluster in bootstrap.static_resources.clusters:
+        limit = cluster.per_connection_buffer_limit_bytes
+        assert limit is not None and 0 < limit <= 64 * 1024, cluster.name
+    assert 0 < http_filters[BUFFER].max_request_bytes <= 1024 * 1024
+    names = [f.name for f in hcm.http_filters]
+    assert names.index(BUFFER) < names.index(EXT_AUTHZ)
+    h2 = hcm.http2_protocol_options
+    assert h2 is not None
+    assert h2.initial_stream_window_size is not None
+    assert h2.initial_stream_window_size <= 64 * 1024
+    assert h2.initial_connection_window_size is not None
+    assert h2.initial_connection_window_size <= 1024 * 1024
+    assert h2.max_concurrent_streams is not None and h2.max_concurrent_streams <= 100
+
+
+def test_envoy_sheds_load_by_heap_before_it_runs_out(bootstrap: Bootstrap) -> None:
+    """An overload manager watches a fixed heap budget: shrink the heap first, then reset the
+    streams holding the most memory, then stop accepting requests (503 overloaded), below 100 %."""
+    overload = bootstrap.overload_manager
+    assert overload is not None
+    monitors = {m.name: m.typed_config.unpack() for m in overload.resource_monitors}
+    assert monitors[FIXED_HEAP].max_heap_size_bytes == 1024**3
+    assert "envoy.resource_monitors.global_downstream_max_connections" in monitors
+    actions = {a.name: a.triggers for a in overload.actions}
+    assert set(actions) == {
+        "envoy.overload_actions.shrink_heap",
+        "envoy.overload_actions.reset_high_memory_stream",
+        "envoy.overload_actions.stop_accepting_requests",
+    }
+    for triggers in actions.values():
+        assert [t.name for t in triggers] == [FIXED_HEAP]
+    (shrink,) = actions["envoy.overload_actions.shrink_heap"]
+    (reset,) = actions["envoy.overload_actions.reset_high_memory_stream"]
+    (stop,) = actions["envoy.overload_actions.stop_accepting_requests"]
+    assert shrink.threshold is not None and stop.threshold is not None
+    assert reset.scaled is not None
+    assert shrink.threshold.value <= reset.scaled.scaling_threshold < stop.threshold.value
+    assert stop.threshold.value < reset.scaled.saturation_threshold < 1.0
+    # reset_high_memory_stream needs stream memory accounting; streams from 64 KiB up count.
+    assert overload.buffer_factory_config is not None
+    assert overload.buffer_factory_config.minimum_account_to_track_power_of_two == 16
+
+
+def test_unauthenticated_work_is_bounded_per_client_address(http_filters: dict[str, Any]) -> None:
+    """Before authz, each client address (the real peer: use_remote_address, no trusted hops)
+    has a token bucket — 100 requests a second, 200 at once by default — enforced for every
+    request; buckets for up to 10 000 addresses."""
+    limit = http_filters[LOCAL_RATE_LIMIT]
+    assert limit.status is None  # 429
+    for fraction in (limit.filter_enabled, limit.filter_enforced):
+        assert fraction is not None
+        assert fraction.default_value.numerator == 100
+        assert fraction.default_value.denominator == 0  # HUNDRED
+    assert limit.token_bucket is None  # no shared bucket: only per-address ones
+    assert limit.always_consume_default_token_bucket is False
+    assert limit.local_rate_limit_per_downstream_connection is False
+    (rate_limit,) = limit.rate_limits
+    (action,) = rate_limit.actions
+    assert action.remote_address is not None
+    (descriptor,) = limit.descriptors
+    assert [(e.key, e.value) for e in descriptor.entries] == [("remote_address", "")]
+    bucket = descriptor.token_bucket
+    assert (bucket.max_tokens, bucket.tokens_per_fill) == (200, 5)
+    assert bucket.fill_interval == datetime.timedelta(milliseconds=50)
+    assert limit.max_dynamic_descriptors == 10_000
 
 
 def test_access_log_records_no_query_and_no_credentials(hcm: HttpConnectionManager) -> None:
-    """One JSON line per request: the path without its query, no authorization or cookie."""
+    """One JSON line per request: the path without query or fragment, no authorization or
+    cookie, the request id the answer carries."""
     (access_log,) = hcm.access_log
     log_format = access_log.typed_config.unpack().log_format
     fields = log_format.json_format.to_dict()
-    assert fields["path"] == "%REQ_WITHOUT_QUERY(:PATH)%"
-    assert [f.name for f in log_format.formatters] == ["envoy.formatter.req_without_query"]
-    # Request headers logged verbatim: only these two, never a credential or the full :path.
+    assert fields["path"] == "%CEL(request.url_path.contains('#') ? '-' : request.url_path)%"
+    assert "request.headers['x-request-id']" in fields["request_id"]
+    assert not log_format.formatters  # %CEL()% is built in (1.40 warns when it is listed)
+    # Request headers logged verbatim: only :method, never a credential or the full :path.
     logged = {
         name.lower() for value in fields.values() for name in re.findall(r"%REQ\((.+?)\)%", value)
     }
-    assert logged == {"x-request-id", ":method"}
+    assert logged == {":method"}
+    cel = " ".join(re.findall(r"%CEL\((.+?)\)%", " ".join(fields.values())))
+    assert set(re.findall(r"request\.(\w+)", cel)) == {"headers", "url_path"}
+    assert set(re.findall(r"request\.headers\['([^']+)'\]", cel)) == {"x-request-id"}
+
+
+ADD_IF_ABSENT = HeaderValueOptionHeaderAppendAction.ADD_IF_ABSENT
+NOT_ENVOYS_OWN = "['ext_authz_denied', 'direct_response', 'lua_response']"
+# (what a mapper matches, the reason it answers, its Retry-After), in mapper order.
+MAPPERS = [
+    ("response.code_details == 'path_normalization_failed'", "bad_path", None),
+    ("response.code_details == 'http1.unexpected_underscore'", "bad_header_name", None),
+    ("response.code == 431", "headers_too_large", None),
+    ("response.code == 426", "upgrade_required", None),
+    ("response.code == 408", "request_timeout", None),
+    ("response.code_details == 'ext_authz_error'", "authz_unavailable", "5"),
+    ("response.code_details == 'ext_authz_invalid'", "authz_invalid_response", None),
+    ("UF,UH,UO,URX,UC", "upstream_unavailable", "5"),
+    ("UT,SI", "timeout", None),
+    ("response.code_details == 'request_payload_too_large'", "body_too_large", None),
+    ("response.code_details == 'local_rate_limited'", "address_rate_limited", "1"),
+    ("response.code_details == 'overload'", "overloaded", "10"),
+    (
+        "response.code >= 400 && response.code < 500"
+        f" && !(response.code_details in {NOT_ENVOYS_OWN})",
+        "bad_request",
+        None,
+    ),
+    (f"response.code >= 500 && !(response.code_details in {NOT_ENVOYS_OWN})", "edge_error", None),
+]
 
 
 def test_envoys_own_errors_are_json_and_never_rewrite_authz_denials(
     hcm: HttpConnectionManager,
 ) -> None:
-    """Each local-reply mapper matches what Envoy decided itself (a response flag other than
-    UAEX, or the code details of an ext_authz error or the body cap) and answers JSON."""
+    """Each local-reply mapper matches what Envoy decided itself (code details, a status only
+    Envoy sends, a response flag other than UAEX; the catch-alls exclude authz's denials and the
+    routes' and hygiene filter's own JSON) and answers JSON, no-store, with a request id."""
     assert hcm.local_reply_config is not None
-    reasons = {}
+    assert hcm.local_reply_config.body_format is None  # nothing rewrites every local reply
+    found = []
     for mapper in hcm.local_reply_config.mappers:
         flags = mapper.filter.response_flag_filter
         if flags is not None:
             assert "UAEX" not in flags.flags  # authz's denials carry UAEX
             matches = ",".join(flags.flags)
         else:
-            extension = mapper.filter.extension_filter
-            expression = extension.typed_config.unpack().expression
-            assert re.fullmatch(r"response\.code_details == '[a-z_]+'", expression)
-            assert "ext_authz_denied" not in expression
-            matches = expression.split("'")[1]
+            matches = mapper.filter.extension_filter.typed_config.unpack().expression
         body = mapper.body_format_override
         assert body.content_type == "application/json"
         fields = body.json_format.to_dict()
         assert set(fields) == {"error", "error_description"}
-        reasons[matches] = fields["error"]
-    assert reasons == {
-        "ext_authz_error": "authz_unavailable",
-        "UF,UH,UO,URX,UC": "upstream_unavailable",
-        "UT,SI": "timeout",
-        "request_payload_too_large": "body_too_large",
-    }
+        headers = {h.header.key: (h.header.value, h.append_action) for h in mapper.headers_to_add}
+        assert headers["cache-control"][0] == "no-store"
+        assert headers["x-request-id"] == ("%UNIQUE_ID%", ADD_IF_ABSENT)
+        retry_after = headers.get("retry-after", (None,))[0]
+        found.append((matches, fields["error"], retry_after))
+    assert found == MAPPERS
+
+
+def test_every_answer_carries_its_request_id(hcm: HttpConnectionManager) -> None:
+    """x-request-id is set on every response (a client's own was never kept)."""
+    assert hcm.always_set_request_id_in_response is True
+
+
+def test_a_known_paths_other_methods_are_405_with_allow(routes: dict[str, Route]) -> None:
+    """After the card's and its keys' GET routes and /a2a's POST routes, any other method on
+    those paths is a direct 405 naming the allowed method, without authz."""
+    names = list(routes)
+    expected = {"public_methods": ("card_keys", "GET"), "a2a_methods": ("a2a_slash", "POST")}
+    for name, (after, allow) in expected.items():
+        route = routes[name]
+        assert names.index(name) == names.index(after) + 1
+        assert not route.match.headers  # every method
+        assert route.direct_response is not None and route.direct_response.status == 405
+        added = {h.header.key: h.header.value for h in route.response_headers_to_add}
+        assert added["allow"] == allow
+        assert json.loads(route.direct_response.body.inline_string)["error"] == (
+            "method_not_allowed"
+        )
+        assert _per_route(route, EXT_AUTHZ).disabled is True
+    public = routes["public_methods"].match.safe_regex.regex
+    assert public == r"/\.well-known/(agent-card|jwks)\.json"
+    assert routes["a2a_methods"].match.safe_regex.regex == "/a2a/?"
 
 
 def test_router_adds_no_envoy_headers(http_filters: dict[str, Any]) -> None:
@@ -444,8 +595,8 @@ TRICKS: list[tuple[str, str, dict[str, str], int]] = [
     ("GET", "/.well-known/agent-card.json/..%2F..%2Fa2a", {}, 400),
     ("POST", "/A2A", {}, 404),
     ("POST", "/a2a;x", {}, 404),
-    ("GET", "/a2a", {}, 404),
-    ("POST", "/.well-known/agent-card.json", {}, 404),
+    ("GET", "/a2a", {}, 405),
+    ("POST", "/.well-known/agent-card.json", {}, 405),
     ("GET", "/.well-known/agent-card.json", {"x_orrery_principal": "forged"}, 400),
     ("POST", "/a2a", {"x_forwarded_for": "1.2.3.4"}, 400),
 ]
@@ -468,13 +619,182 @@ async def test_unknown_path_is_a_404_from_envoy(
 async def test_access_log_leaves_out_query_strings(
     tmp_path: Path, recorder: Recorder, closed_port: int
 ) -> None:
-    """A token put in a query string never reaches Envoy's log."""
+    """Whatever a client puts in a query string (a secret under any name) never reaches
+    Envoy's log, nor what follows a `#`."""
     async with envoy_for(tmp_path, authz_port=closed_port, adapter_port=recorder.port) as envoy:
-        response = await raw_request(envoy.port, "GET", "/nope?access_token=leaked-secret")
+        response = await raw_request(envoy.port, "GET", "/nope?api_key=leaked-secret")
         assert response.status == 404
+        fragment = await raw_request(envoy.port, "GET", "/nope#key=leaked-secret")
+        assert fragment.status == 400
     lines = [line for line in envoy.log.read_text().splitlines() if '"event":"access"' in line]
     assert any('"path":"/nope"' in line for line in lines), lines
     assert "leaked-secret" not in envoy.log.read_text()
+
+
+@pytest.mark.envoy
+async def test_a_client_address_over_its_budget_is_refused_before_authz(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """With a budget of 5 (5 a second), the sixth quick request from 127.0.0.2 is 429
+    address_rate_limited with Retry-After and never reaches authz, whatever x-forwarded-for it
+    claims; 127.0.0.3 has a bucket of its own."""
+    policy = EdgePolicy(client_rate=(5, 1), client_burst=5)
+    async with envoy_for(
+        tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port, policy=policy
+    ) as envoy:
+        flood = [
+            await raw_request(
+                envoy.port, "POST", "/a2a", {"x-forwarded-for": f"198.51.100.{n}"}, source=SOURCE
+            )
+            for n in range(12)
+        ]
+        other = await raw_request(envoy.port, "POST", "/a2a", source="127.0.0.3")
+    statuses = [response.status for response in flood]
+    assert statuses[:5] == [200] * 5
+    refused = [response for response in flood if response.status == 429]
+    assert len(refused) >= 5  # at most one token refilled meanwhile (one per 200 ms)
+    for response in refused:
+        assert json.loads(response.body)["error"] == "address_rate_limited"
+        assert response.headers["retry-after"] == "1"
+        assert response.headers["x-request-id"]
+    assert len(fake_authz.checks) == 12 - len(refused) + 1
+    assert other.status == 200
+
+
+async def _stat_reaches(envoy: RunningEnvoy, name: str, value: int = 1) -> None:
+    """Wait until Envoy's gauge `name` is `value` (the overload manager samples every 250 ms)."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        for _ in range(200):
+            stats = await http.get(f"http://{envoy.admin}/stats", params={"format": "json"})
+            if {"name": name, "value": value} in stats.json()["stats"]:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"{name} never reached {value}")
+
+
+@pytest.mark.envoy
+async def test_over_its_heap_budget_envoy_refuses_new_requests_with_503(
+    tmp_path: Path, recorder: Recorder, closed_port: int
+) -> None:
+    """A heap budget Envoy is already over (1 MiB): every action is on, and a request is 503
+    overloaded with Retry-After, JSON, and forwarded nowhere."""
+    policy = EdgePolicy(max_heap_bytes=1024 * 1024)
+    async with envoy_for(
+        tmp_path, authz_port=closed_port, adapter_port=recorder.port, policy=policy
+    ) as envoy:
+        await _stat_reaches(envoy, "overload.envoy.overload_actions.stop_accepting_requests.active")
+        response = await raw_request(envoy.port, "GET", "/.well-known/agent-card.json")
+    assert response.status == 503
+    assert json.loads(response.body)["error"] == "overloaded"
+    assert response.headers["retry-after"] == "10"
+    assert recorder.requests == []
+
+
+ALLOWED_ORIGIN = "https://console.example"
+
+
+@pytest.mark.envoy
+async def test_cors_preflights_are_answered_by_envoy_for_allowed_origins_only(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """With an origin opted in, Envoy answers its preflights on the card, /a2a and /approvals/
+    (methods, request headers, max age, never credentials); another origin's preflight gets no
+    Access-Control-Allow-Origin, and one for a method the route does not take names only the
+    route's methods: a browser stops either. Preflights reach neither authz nor the upstream."""
+    policy = EdgePolicy(cors_origins=(ALLOWED_ORIGIN,))
+    wanted = {
+        "/.well-known/agent-card.json": "GET",
+        "/a2a": "POST",
+        "/a2a/": "POST",
+        "/approvals/act-1": "POST",
+    }
+    async with envoy_for(
+        tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port, policy=policy
+    ) as envoy:
+        allowed = {
+            path: await raw_request(
+                envoy.port,
+                "OPTIONS",
+                path,
+                {
+                    "origin": "https://Console.Example",
+                    "access-control-request-method": method,
+                    "access-control-request-headers": "authorization,content-type,a2a-version",
+                },
+            )
+            for path, method in wanted.items()
+        }
+        wrong_method = await raw_request(
+            envoy.port,
+            "OPTIONS",
+            "/.well-known/agent-card.json",
+            {"origin": ALLOWED_ORIGIN, "access-control-request-method": "POST"},
+        )
+        other = await raw_request(
+            envoy.port,
+            "OPTIONS",
+            "/a2a",
+            {"origin": "https://evil.example", "access-control-request-method": "POST"},
+        )
+    for path, response in allowed.items():
+        assert response.status == 200, path
+        assert response.headers["access-control-allow-origin"] == "https://Console.Example"
+        assert "authorization" in response.headers["access-control-allow-headers"]
+        assert response.headers["access-control-max-age"] == "600"
+        assert "access-control-allow-credentials" not in response.headers
+    assert allowed["/a2a"].headers["access-control-allow-methods"] == "POST"
+    assert allowed["/approvals/act-1"].headers["access-control-allow-methods"] == "GET, POST"
+    assert wrong_method.headers["access-control-allow-methods"] == "GET"  # a browser stops
+    assert other.status == 200  # answered by Envoy, never forwarded
+    assert "access-control-allow-origin" not in other.headers
+    assert fake_authz.checks == []
+    assert recorder.requests == []
+
+
+@pytest.mark.envoy
+async def test_cors_answers_let_an_allowed_page_read_replies_and_refusals(
+    tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
+) -> None:
+    """An allowed origin's requests get Access-Control-Allow-Origin and the exposed headers on
+    the card, on an allowed /a2a call and on authz's refusal; Vary: Origin on the card. Another
+    origin's get none. No file default: without a policy nothing is CORS-enabled."""
+    policy = EdgePolicy(cors_origins=(ALLOWED_ORIGIN,))
+    async with envoy_for(
+        tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port, policy=policy
+    ) as envoy:
+        origin = {"origin": ALLOWED_ORIGIN}
+        card = await raw_request(envoy.port, "GET", "/.well-known/agent-card.json", origin)
+        allowed = await raw_request(envoy.port, "POST", "/a2a", origin)
+        fake_authz.answer = "deny"
+        refused = await raw_request(envoy.port, "POST", "/a2a", origin)
+        other = await raw_request(
+            envoy.port, "GET", "/.well-known/agent-card.json", {"origin": "https://evil.example"}
+        )
+    for response in (card, allowed, refused):
+        assert response.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
+        assert "x-request-id" in response.headers["access-control-expose-headers"]
+        assert "www-authenticate" in response.headers["access-control-expose-headers"]
+    assert refused.status == 401
+    assert "origin" in card.headers["vary"].lower()
+    assert "access-control-allow-origin" not in other.headers
+
+
+@pytest.mark.envoy
+async def test_without_origins_no_answer_is_cors_enabled(
+    tmp_path: Path, recorder: Recorder, closed_port: int
+) -> None:
+    """The file as shipped: a preflight is not answered by Envoy, a card fetch carries no
+    Access-Control-Allow-Origin, so a browser page on another origin can read nothing."""
+    async with envoy_for(tmp_path, authz_port=closed_port, adapter_port=recorder.port) as envoy:
+        origin = {"origin": ALLOWED_ORIGIN}
+        preflight = await raw_request(
+            envoy.port, "OPTIONS", "/a2a", {**origin, "access-control-request-method": "POST"}
+        )
+        card = await raw_request(envoy.port, "GET", "/.well-known/agent-card.json", origin)
+    assert preflight.status == 405
+    assert card.status == 200
+    for response in (preflight, card):
+        assert not [name for name in response.headers if name.startswith("access-control-")]
 
 
 @pytest.mark.envoy
@@ -487,55 +807,52 @@ async def test_slow_authz_is_a_503(
         response = await raw_request(envoy.port, "POST", "/a2a")
     assert response.status == 503
     assert json.loads(response.body)["error"] == "authz_unavailable"
+    assert response.headers["retry-after"] == "5"
     assert len(fake_authz.checks) == 1
     assert recorder.requests == []
 
 
 @pytest.mark.envoy
-async def test_public_card_never_forwards_reserved_or_credential_headers(
+async def test_public_card_never_forwards_credential_or_hop_headers(
     tmp_path: Path, recorder: Recorder, closed_port: int
 ) -> None:
-    """A client's x-orrery-* (principal included), Authorization and Cookie never reach it."""
-    forged = {
-        "x-orrery-principal": "forged",
-        "X-Orrery-Trace-Link": "forged",
+    """Authorization, Proxy-Authorization, Cookie and the hop header never reach it."""
+    sent = {
         "x-orrery-hop": "1",
-        "x-orrery-anything": "1",
         "authorization": "Bearer secret-token",
+        "proxy-authorization": "Basic eDp5",
         "cookie": "session=1",
     }
     async with envoy_for(tmp_path, authz_port=closed_port, adapter_port=recorder.port) as envoy:
-        response = await raw_request(envoy.port, "GET", "/.well-known/agent-card.json", forged)
+        response = await raw_request(envoy.port, "GET", "/.well-known/agent-card.json", sent)
     assert response.status == 200
     (seen,) = recorder.requests
     names = {name.lower() for name in seen.headers}
     assert not {name for name in names if name.startswith("x-orrery-")}
-    assert not names & {"authorization", "cookie"}
+    assert not names & {"authorization", "proxy-authorization", "cookie"}
+
+
+RESERVED_NAMES = ["x-orrery-principal", "X-Orrery-Trace-Link", "x-orrery-anything", "x-orrery-"]
+ROUTES = [("GET", "/.well-known/agent-card.json"), ("POST", "/a2a"), ("POST", "/approvals/act-1")]
 
 
 @pytest.mark.envoy
-async def test_forged_principal_is_replaced_by_authz_on_authz_routes(
+async def test_reserved_headers_are_refused_by_envoy_before_authz(
     tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
 ) -> None:
-    """A client's x-orrery-principal is gone before authz; the upstream gets only authz's."""
+    """A client copy of any x-orrery-* but the hop is 400 reserved_header from Envoy itself, on
+    every route: authz is not asked, the upstream sees nothing."""
     async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
-        response = await raw_request(
-            envoy.port,
-            "POST",
-            "/a2a",
-            {
-                "x-orrery-principal": "forged",
-                "x-orrery-trace-link": "forged",
-                "authorization": "Bearer t",
-            },
-        )
-    assert response.status == 200
-    (check,) = fake_authz.checks
-    assert "x-orrery-principal" not in check.attributes.request.http.headers
-    (seen,) = recorder.requests
-    principal = [v for k, v in seen.headers.items() if k.lower() == "x-orrery-principal"]
-    assert principal == [FakeAuthz.PRINCIPAL]
-    assert not [k for k in seen.headers if k.lower() in {"x-orrery-trace-link", "authorization"}]
+        answers = [
+            (method, path, name, await raw_request(envoy.port, method, path, {name: "forged"}))
+            for method, path in ROUTES
+            for name in RESERVED_NAMES
+        ]
+    for method, path, name, response in answers:
+        assert response.status == 400, (method, path, name)
+        assert json.loads(response.body)["error"] == "reserved_header", (method, path, name)
+    assert fake_authz.checks == []
+    assert recorder.requests == []
 
 
 @pytest.mark.envoy
@@ -599,6 +916,7 @@ async def test_authz_setting_a_header_outside_the_contract_is_a_500(
     async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
         response = await raw_request(envoy.port, "POST", "/a2a")
     assert response.status == 500
+    assert json.loads(response.body)["error"] == "authz_invalid_response"
     assert recorder.requests == []
 
 
@@ -620,8 +938,8 @@ async def test_oversized_body_is_refused_before_authz(
 async def test_path_tricks_do_what_the_config_promises(
     tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
 ) -> None:
-    """Escaped slashes → 400, case/params/method mismatches → 404, underscores → 400; none
-    reaches authz or the adapter."""
+    """Escaped slashes → 400, case/params mismatches → 404, a known path's wrong method → 405,
+    underscores → 400; none reaches authz or the adapter."""
     async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
         results = [
             (method, path, (await raw_request(envoy.port, method, path, headers)).status)

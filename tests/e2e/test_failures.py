@@ -24,8 +24,8 @@ def doomed_edge(tmp_path: Path) -> Iterator[Edge]:
 
 
 async def test_authz_down_is_a_503_and_the_adapter_sees_nothing(doomed_edge: Edge) -> None:
-    """With authz gone, a valid token on /a2a and /approvals gets Envoy's 503 and the adapter's
-    counter stays put; the public card (no authz) is still served."""
+    """With authz gone, a valid token on /a2a and /approvals gets Envoy's 503 (JSON, Retry-After,
+    a request id) and the adapter's counter stays put; the public card (no authz) is served."""
     edge = doomed_edge
     agent, human = edge.token(subject=unique("user")), edge.token("human", subject=unique("user"))
     edge.kill("authz")
@@ -39,6 +39,8 @@ async def test_authz_down_is_a_503_and_the_adapter_sees_nothing(doomed_edge: Edg
             "error": "authz_unavailable",
             "error_description": "the authorization service is unavailable; try again later",
         }
+        assert response.headers["retry-after"] == "5"
+        assert (await edge.access(response.headers["x-request-id"]))["status"] == 503
     assert await edge.adapter_requests() == before
     async with httpx.AsyncClient(timeout=60) as http:
         card = await http.get(f"{edge.url}/.well-known/agent-card.json")
@@ -46,8 +48,8 @@ async def test_authz_down_is_a_503_and_the_adapter_sees_nothing(doomed_edge: Edg
 
 
 async def test_adapter_down_is_a_clean_503_from_envoy(doomed_edge: Edge) -> None:
-    """With the adapter gone, an authorized request gets Envoy's own 503: JSON with a reason,
-    no Envoy internals."""
+    """With the adapter gone, an authorized request gets Envoy's own 503: JSON with a reason and
+    Retry-After, no Envoy internals."""
     edge = doomed_edge
     token = edge.token(subject=unique("user"))
     edge.kill("adapter")
@@ -59,4 +61,5 @@ async def test_adapter_down_is_a_clean_503_from_envoy(doomed_edge: Edge) -> None
         "error": "upstream_unavailable",
         "error_description": "the A2A service is unavailable; try again later",
     }
+    assert response.headers["retry-after"] == "5"
     await edge.event("authz", "decision", decision="allow", path="/a2a")

@@ -121,3 +121,17 @@ def test_envoy_config_command_reports_a_bad_source(
     """A missing source file: exit 2 and one line."""
     assert cli.main(["envoy-config", "--source", str(tmp_path / "nope.yaml")], env={}) == 2
     assert capsys.readouterr().err.startswith("orrery-a2a envoy-config: cannot read")
+
+
+def test_render_refuses_a_non_loopback_admin_address() -> None:
+    """The admin API never leaves loopback, whoever renders (up, compose, a pod)."""
+    with pytest.raises(EnvoyConfigError, match="admin API binds loopback only"):
+        envoy_config.render(envoy_config.load(SOURCE), admin=("0.0.0.0", 9901))  # noqa: S104
+
+
+def test_envoy_config_command_refuses_a_non_loopback_admin_address(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`envoy-config --admin 0.0.0.0:9901`: exit 2 and why."""
+    assert cli.main(["envoy-config", "--admin", "0.0.0.0:9901"], env={}) == 2
+    assert "admin API binds loopback only" in capsys.readouterr().err

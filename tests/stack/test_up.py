@@ -388,3 +388,18 @@ def test_old_runs_logs_are_pruned_to_the_newest_ten(tmp_path: Path) -> None:
     keep_recent_runs(logs, 10)
     kept = sorted(path.name for path in logs.iterdir())
     assert kept == [*(f"202612{day:02d}T000000Z-1" for day in range(3, 13)), "notes.txt"]
+
+
+@pytest.mark.parametrize(
+    "admin", ["0.0.0.0:9901", "192.0.2.10:9901", "[::]:9901", "localhost:9901"]
+)
+def test_up_refuses_a_non_loopback_envoy_admin_address(
+    state_dir: Path, capsys: pytest.CaptureFixture[str], admin: str
+) -> None:
+    """Envoy's admin API (drain, log levels, config dump) stays on loopback: `up --admin` with
+    any other address (or a name) is exit 2 with one clear line, before anything starts."""
+    env = {**os.environ, "ORRERY_A2A_STATE_DIR": str(state_dir)}
+    assert cli.main(["up", "--admin", admin], env=env) == 2
+    err = capsys.readouterr().err
+    assert "ORRERY_A2A_ENVOY_ADMIN_ADDR: Envoy's admin API binds loopback only" in err
+    assert not (state_dir / "logs").exists()
