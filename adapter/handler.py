@@ -1,31 +1,68 @@
-"""The a2a-sdk request handler plus the one thing Orrery adds to it: cancelling a task that waits
-on a human approval withdraws that approval.
+"""The a2a-sdk request handler plus what Orrery adds to it.
 
-Without this, a task cancelled while input-required left its guarded action pending: the human
-could still "approve" it and be told the agent continues, though a cancelled task never resumes.
-Now the action becomes `withdrawn` in the confirmation store (shared between replicas when the
-store is), a later decision is answered 409 `withdrawn`, and the gate never runs it.
+* Cancelling a task that waits on a human approval withdraws that approval. Without this, a task
+  cancelled while input-required left its guarded action pending: the human could still
+  "approve" it and be told the agent continues, though a cancelled task never resumes. Now the
+  action becomes `withdrawn` in the confirmation store (shared between replicas when the store
+  is), a later decision is answered 409 `withdrawn`, and the gate never runs it.
+* A message to a finished task is refused (-32004) before the SDK is asked to run it. The SDK
+  would first build an `ActiveTask` for it — two event queues, each with a dispatcher task — and
+  then abandon it when it finds the task terminal; the garbage collector reports each abandoned
+  task as an asyncio error ("Task was destroyed but it is pending!"), so a client's mistake
+  paged people.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from a2a.server.context import ServerCallContext
+from a2a.server.events import Event
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import UnsupportedOperationError
 
 from adapter.executor import pending_action_id
 from adapter.principal import owner_of
-from adapter.stores.protocols import ConfirmationStore, read_task
+from adapter.stores.protocols import TERMINAL, ConfirmationStore, read_task
 
 
 class RequestHandler(DefaultRequestHandler):
-    """`DefaultRequestHandler` whose `CancelTask` also withdraws the action the task waited on."""
+    """`DefaultRequestHandler` with the additions in the module docstring."""
 
     def __init__(self, *, confirmations: ConfirmationStore, **options: Any) -> None:
         super().__init__(**options)
         self._confirmations = confirmations
+
+    async def on_message_send(
+        self, params: pb.SendMessageRequest, context: ServerCallContext
+    ) -> pb.Task | pb.Message:
+        await self._refuse_finished(params, context)
+        result: pb.Task | pb.Message = await super().on_message_send(params, context)
+        return result
+
+    async def on_message_send_stream(
+        self, params: pb.SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        await self._refuse_finished(params, context)
+        async for event in super().on_message_send_stream(params, context):
+            yield event
+
+    async def _refuse_finished(
+        self, params: pb.SendMessageRequest, context: ServerCallContext
+    ) -> None:
+        """-32004 for a message naming a terminal task of the caller's (spec §3.1.1); any other
+        task id is left to the SDK (an unknown one is -32001 before it builds anything)."""
+        task_id = params.message.task_id
+        if not task_id:
+            return
+        task = await read_task(self.task_store, task_id, context)  # owner-scoped
+        if task is not None and task.status.state in TERMINAL:
+            raise UnsupportedOperationError(
+                message=f"Task {task_id} is in terminal state: "
+                f"{pb.TaskState.Name(task.status.state)}"
+            )
 
     async def on_cancel_task(
         self, params: pb.CancelTaskRequest, context: ServerCallContext

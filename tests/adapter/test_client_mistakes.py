@@ -55,7 +55,8 @@ async def cancel_finished(server: Server) -> httpx.Response:
 
 
 async def contradicting_context(server: Server) -> httpx.Response:
-    task_id = await finished_task(server)
+    waiting = await server.rpc(ALICE_BOT, "SendMessage", message("restart checkout"))
+    task_id = waiting.json()["result"]["task"]["id"]
     return await server.rpc(
         ALICE_BOT, "SendMessage", message("x", taskId=task_id, contextId="another")
     )
