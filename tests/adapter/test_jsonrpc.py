@@ -16,6 +16,7 @@ from tests.adapter.conftest import (
     Server,
     assertion_headers,
     delegated,
+    human,
     reply_text,
     running,
     send,
@@ -280,13 +281,95 @@ async def test_subscribe_to_terminal_task_is_32004(server: Server) -> None:
     assert error_of(response)["code"] == -32004
 
 
-async def test_subscribe_to_interrupted_task_sends_the_task_and_closes(server: Server) -> None:
-    """Trap 7: SubscribeToTask starts with the Task; an input-required task ends the stream."""
+async def subscription(
+    server: Server, task_id: str, attached: asyncio.Event
+) -> list[dict[str, Any]]:
+    """The events of a `SubscribeToTask` stream until it ends; `attached` is set at the first
+    (the Task: from then on this stream receives the task's events)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task_id}}
+    headers = {"A2A-Version": "1.0", **assertion_headers(ALICE_BOT)}
+    events = []
+    async with (
+        httpx.AsyncClient(base_url=server.base, timeout=60) as http,
+        http.stream("POST", "/a2a", json=body, headers=headers) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                attached.set()
+    return events
+
+
+async def approve(server: Server, task: dict[str, Any]) -> None:
+    """The delegating person approves the action the task waits on."""
+    action_id = next(
+        part["data"]["action_id"] for part in task["status"]["message"]["parts"] if "data" in part
+    )
+    async with server.http(human("alice"), "approvals") as http:
+        decided = await http.post(f"/approvals/{action_id}", json={"decision": "approve"})
+    assert decided.json()["status"] == "approved"
+
+
+def states(events: list[dict[str, Any]]) -> list[str]:
+    """Each event's kind, with the state of a Task or status update."""
+    described = []
+    for event in events:
+        kind, value = next(iter(event["result"].items()))
+        state = value.get("status", {}).get("state", "")
+        described.append(f"{kind} {state}".strip())
+    return described
+
+
+async def test_subscribe_to_a_waiting_task_follows_it_to_its_end(server: Server) -> None:
+    """Spec 3.1.6: SubscribeToTask on an input-required task sends the Task, stays open while the
+    task waits, and ends with the task: after the approval, the resumed turn's events."""
     task = await new_task(server, "restart checkout")
-    response = await server.rpc(ALICE_BOT, "SubscribeToTask", {"id": task["id"]})
-    events = sse_events(response.text)
-    assert events[0]["result"]["task"]["id"] == task["id"]
-    assert len(events) == 1
+    attached = asyncio.Event()
+    subscriber = asyncio.create_task(subscription(server, task["id"], attached))
+    await attached.wait()
+    await approve(server, task)
+    assert not subscriber.done()  # the decision alone is not an event of the task
+    resume = message("go ahead", taskId=task["id"])
+    resumed = await server.rpc(ALICE_BOT, "SendMessage", resume)
+    assert resumed.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    events = await subscriber
+    assert states(events) == [
+        "task TASK_STATE_INPUT_REQUIRED",
+        "artifactUpdate",
+        "statusUpdate TASK_STATE_COMPLETED",
+    ]
+    assert events[1]["result"]["artifactUpdate"]["artifact"]["name"] == "reply"
+
+
+async def test_every_subscriber_of_a_waiting_task_hears_the_same_events(server: Server) -> None:
+    """Several subscribers on one waiting task each get the same events, in the same order."""
+    task = await new_task(server, "restart checkout")
+    attached = [asyncio.Event() for _ in range(3)]
+    subscribers = [
+        asyncio.create_task(subscription(server, task["id"], ready)) for ready in attached
+    ]
+    await asyncio.gather(*(ready.wait() for ready in attached))
+    await approve(server, task)
+    await server.rpc(ALICE_BOT, "SendMessage", message("go ahead", taskId=task["id"]))
+    streams = [await subscriber for subscriber in subscribers]
+    assert states(streams[0])[-1] == "statusUpdate TASK_STATE_COMPLETED"
+    assert streams[1] == streams[0] and streams[2] == streams[0]
+
+
+async def test_a_resumed_turn_that_waits_again_keeps_the_subscription_open(server: Server) -> None:
+    """A resume before the decision leaves the task input-required: the subscriber hears that
+    and stays, until a later resume ends the task."""
+    task = await new_task(server, "restart checkout")
+    attached = asyncio.Event()
+    subscriber = asyncio.create_task(subscription(server, task["id"], attached))
+    await attached.wait()
+    await server.rpc(ALICE_BOT, "SendMessage", message("done yet?", taskId=task["id"]))
+    await approve(server, task)
+    await server.rpc(ALICE_BOT, "SendMessage", message("go ahead", taskId=task["id"]))
+    described = states(await subscriber)
+    assert described[0] == "task TASK_STATE_INPUT_REQUIRED"
+    assert described[1] == "statusUpdate TASK_STATE_INPUT_REQUIRED"
+    assert described[-1] == "statusUpdate TASK_STATE_COMPLETED"
 
 
 async def test_concurrent_subscribers_see_the_same_events_in_order(server: Server) -> None:
@@ -298,22 +381,7 @@ async def test_concurrent_subscribers_see_the_same_events_in_order(server: Serve
     task_id = created.json()["result"]["task"]["id"]
     await server.gateway.started.wait()
     attached = [asyncio.Event(), asyncio.Event()]
-
-    async def subscribe(ready: asyncio.Event) -> list[dict[str, Any]]:
-        body = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task_id}}
-        headers = {"A2A-Version": "1.0", **assertion_headers(ALICE_BOT)}
-        events = []
-        async with (
-            httpx.AsyncClient(base_url=server.base, timeout=60) as http,
-            http.stream("POST", "/a2a", json=body, headers=headers) as response,
-        ):
-            async for line in response.aiter_lines():
-                if line.startswith("data: "):
-                    events.append(json.loads(line[6:]))
-                    ready.set()  # the first event (the Task) means this stream is attached
-        return events
-
-    subscribers = [asyncio.create_task(subscribe(ready)) for ready in attached]
+    subscribers = [asyncio.create_task(subscription(server, task_id, ready)) for ready in attached]
     await asyncio.gather(*(ready.wait() for ready in attached))
     server.gateway.hold.set()
     streams = [await s for s in subscribers]

@@ -10,6 +10,7 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
 from tests.adapter.conftest import (
+    Server,
     delegated,
     fresh_schema,
     human,
@@ -108,6 +109,48 @@ async def test_subscribe_on_another_replica_follows_the_running_turn(
         kinds = [event.WhichOneof("payload") for event in rest]
         assert kinds == ["artifact_update", "status_update"]
         assert rest[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
+async def subscribed(
+    server: Server, task_id: str, attached: asyncio.Event
+) -> list[pb.StreamResponse]:
+    """Every event of a SubscribeToTask stream on `server`, until it ends (`attached` at the
+    first: the Task)."""
+    events = []
+    async with server.client(ALICE_BOT, streaming=True) as client:
+        async for event in client.subscribe(pb.SubscribeToTaskRequest(id=task_id)):
+            events.append(event)
+            attached.set()
+    return events
+
+
+async def test_subscribers_on_every_replica_hear_a_waiting_task_end(env: dict[str, str]) -> None:
+    """A task parked input-required on replica one, subscribed to on both replicas (twice on
+    each), approved and resumed on replica two: every subscriber hears the completion, and all
+    hear the same events in the same order."""
+    async with running(env) as one, running(env) as two:
+        async with one.client(ALICE_BOT) as client:
+            pending = await send(client, text_message("restart checkout"))
+        attached = [asyncio.Event() for _ in range(4)]
+        subscribers = [
+            asyncio.create_task(subscribed(replica, pending.id, ready))
+            for replica, ready in zip((one, one, two, two), attached, strict=True)
+        ]
+        await asyncio.gather(*(ready.wait() for ready in attached))
+        action_id = status_data(pending)["action_id"]
+        async with two.http(human("alice"), "approvals") as http:
+            decided = await http.post(f"/approvals/{action_id}", json={"decision": "approve"})
+        assert decided.status_code == 200
+        async with two.client(ALICE_BOT) as client:
+            resumed = await send(
+                client, text_message("go", task_id=pending.id, context_id=pending.context_id)
+            )
+        assert resumed.status.state == pb.TASK_STATE_COMPLETED
+        streams = await asyncio.wait_for(asyncio.gather(*subscribers), timeout=30)
+    for events in streams:
+        assert events[0].task.status.state == pb.TASK_STATE_INPUT_REQUIRED
+        assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+        assert events == streams[0]
 
 
 async def test_cancel_on_another_replica_stops_the_running_turn(env: dict[str, str]) -> None:
