@@ -5,6 +5,12 @@
   "approve" it and be told the agent continues, though a cancelled task never resumes. Now the
   action becomes `withdrawn` in the confirmation store (shared between replicas when the store
   is), a later decision is answered 409 `withdrawn`, and the gate never runs it.
+* `SubscribeToTask` with shared stores (PostgreSQL) is the stored snapshot, then the task's
+  events from the shared event log, until the task is terminal — on every replica, whichever runs
+  the task's turns. The SDK taps its in-memory task on the replica that holds it and tails the
+  log elsewhere, and ends the tail at an interrupted state: a subscriber on the replica where a
+  task was parked never heard a resume that ran on another one, and no remote subscriber heard
+  the end of a task that waited for input.
 * A message to a finished task is refused (-32004) before the SDK is asked to run it. The SDK
   would first build an `ActiveTask` for it — two event queues, each with a dispatcher task — and
   then abandon it when it finds the task terminal; the garbage collector reports each abandoned
@@ -15,13 +21,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 
+from a2a.server.cluster.event_stream import TaskEventStream
+from a2a.server.cluster.task_store import VersionedTaskStore
 from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
-from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.request_handlers import DefaultRequestHandler, validate_request_params
 from a2a.types import a2a_pb2 as pb
-from a2a.utils.errors import UnsupportedOperationError
+from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
 from adapter.executor import pending_action_id
 from adapter.principal import owner_of
@@ -31,9 +40,16 @@ from adapter.stores.protocols import TERMINAL, ConfirmationStore, read_task
 class RequestHandler(DefaultRequestHandler):
     """`DefaultRequestHandler` with the additions in the module docstring."""
 
-    def __init__(self, *, confirmations: ConfirmationStore, **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(
+        self,
+        *,
+        confirmations: ConfirmationStore,
+        event_stream: TaskEventStream | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(event_stream=event_stream, **options)
         self._confirmations = confirmations
+        self._shared_events = event_stream
 
     async def on_message_send(
         self, params: pb.SendMessageRequest, context: ServerCallContext
@@ -46,8 +62,30 @@ class RequestHandler(DefaultRequestHandler):
         self, params: pb.SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
         await self._refuse_finished(params, context)
-        async for event in super().on_message_send_stream(params, context):
-            yield event
+        async with aclosing(super().on_message_send_stream(params, context)) as events:
+            async for event in events:
+                yield event
+
+    @validate_request_params
+    async def on_subscribe_to_task(
+        self, params: pb.SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        store = self.task_store
+        if self._shared_events is None or not isinstance(store, VersionedTaskStore):
+            async with aclosing(super().on_subscribe_to_task(params, context)) as local:
+                async for event in local:
+                    yield event
+            return
+        stored = await store.get(params.id, context)  # owner-scoped
+        if stored is None:
+            raise TaskNotFoundError
+        _refuse_terminal(stored.task)
+        yield stored.task
+        async with aclosing(self._shared_events.subscribe(params.id, after=stored.version)) as log:
+            async for versioned in log:
+                yield versioned.event
+                if _ends_task(versioned.event):
+                    return
 
     async def _refuse_finished(
         self, params: pb.SendMessageRequest, context: ServerCallContext
@@ -58,11 +96,8 @@ class RequestHandler(DefaultRequestHandler):
         if not task_id:
             return
         task = await read_task(self.task_store, task_id, context)  # owner-scoped
-        if task is not None and task.status.state in TERMINAL:
-            raise UnsupportedOperationError(
-                message=f"Task {task_id} is in terminal state: "
-                f"{pb.TaskState.Name(task.status.state)}"
-            )
+        if task is not None:
+            _refuse_terminal(task)
 
     async def on_cancel_task(
         self, params: pb.CancelTaskRequest, context: ServerCallContext
@@ -74,3 +109,19 @@ class RequestHandler(DefaultRequestHandler):
         if waiting is not None and task is not None and task.status.state == pb.TASK_STATE_CANCELED:
             await self._confirmations.withdraw(waiting, owner=owner_of(context))
         return task
+
+
+def _refuse_terminal(task: pb.Task) -> None:
+    """-32004 for a finished task: it takes no message and has nothing more to stream."""
+    if task.status.state in TERMINAL:
+        raise UnsupportedOperationError(
+            message=f"Task {task.id} is in terminal state: {pb.TaskState.Name(task.status.state)}"
+        )
+
+
+def _ends_task(event: Event) -> bool:
+    if isinstance(event, pb.Message):
+        return True
+    return isinstance(event, pb.Task | pb.TaskStatusUpdateEvent) and (
+        event.status.state in TERMINAL
+    )

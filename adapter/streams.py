@@ -3,7 +3,10 @@
 An error before the first event is raised to the dispatcher (`Streams.open`), which answers it as
 plain JSON. After it (`OpenStream.serve`), the answer is `text/event-stream`: one full JSON-RPC
 response per `data:` event, the Task first (a follow-up's stream leads with the task's snapshot,
-spec 3.1.2), closed at a terminal or interrupted state; a mid-stream error is an `event: error`.
+spec 3.1.2); a mid-stream error is an `event: error`. A turn's stream (`SendStreamingMessage`)
+ends with the turn, at a terminal or interrupted state; a subscription (`SubscribeToTask`)
+follows the task to its end (spec 3.1.6): it stays open while the task waits for input, so its
+subscribers hear the resumed turn.
 While the stream waits for its next event (a slow turn), a comment `: keep-alive` goes out every
 `ORRERY_A2A_SSE_KEEPALIVE`, so no proxy on the way (Envoy closes a stream silent for 300 s) cuts
 it; SSE clients ignore comments. While the server shuts down (`Drain`), a stream gets a grace
@@ -38,6 +41,7 @@ from adapter.envelope import (
     success,
     task_result,
 )
+from adapter.stores.protocols import INTERRUPTED, TERMINAL
 from runtime import logs
 
 logger = logging.getLogger("adapter.a2a")
@@ -48,16 +52,11 @@ HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
 }
-_INTERRUPTED_OR_TERMINAL = frozenset(
-    {
-        pb.TASK_STATE_COMPLETED,
-        pb.TASK_STATE_FAILED,
-        pb.TASK_STATE_CANCELED,
-        pb.TASK_STATE_REJECTED,
-        pb.TASK_STATE_INPUT_REQUIRED,
-        pb.TASK_STATE_AUTH_REQUIRED,
-    }
-)
+# The states that end a stream, by method (see the module docstring).
+_ENDS = {
+    "SendStreamingMessage": TERMINAL | INTERRUPTED,
+    "SubscribeToTask": TERMINAL,
+}
 
 Events = AsyncGenerator[Any, None]
 
@@ -103,7 +102,7 @@ class Streams:
         except BaseException:
             await events.aclose()
             raise
-        return OpenStream(self, call.rpc_id, context, events, first)
+        return OpenStream(self, call, context, events, first)
 
 
 class OpenStream:
@@ -112,13 +111,14 @@ class OpenStream:
     def __init__(
         self,
         streams: Streams,
-        rpc_id: RpcId,
+        call: Request,
         context: ServerCallContext,
         events: Events,
         first: Any,
     ) -> None:
         self._streams = streams
-        self._rpc_id = rpc_id
+        self._rpc_id: RpcId = call.rpc_id
+        self._ends_at = _ENDS[call.method]
         self._context = context
         self._events = events
         self._first = first
@@ -148,7 +148,7 @@ class OpenStream:
         while True:
             task_id = event.id if isinstance(event, pb.Task) else getattr(event, "task_id", task_id)
             await self._write(success(self._rpc_id, stream_result(event)))
-            if _ends_stream(event):
+            if _ends_stream(event, self._ends_at):
                 return "ok"
             pending = asyncio.ensure_future(anext(self._events))
             if not await self._next_or_keep_alive(pending):
@@ -211,9 +211,10 @@ class OpenStream:
         await self._response.write(prefix + b"data: " + dumps(body) + b"\n\n")
 
 
-def _ends_stream(event: Any) -> bool:
+def _ends_stream(event: Any, states: frozenset[int]) -> bool:
+    """A Message ends any stream (a message-only answer); a task ends it at one of `states`."""
     if isinstance(event, pb.Message):
         return True
     if isinstance(event, pb.Task | pb.TaskStatusUpdateEvent):
-        return event.status.state in _INTERRUPTED_OR_TERMINAL
+        return event.status.state in states
     return False

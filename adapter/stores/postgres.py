@@ -242,9 +242,9 @@ class PostgresTaskStore(VersionedTaskStore):
 class PostgresEventStream(TaskEventStream):
     """Task events across replicas: tails `task_events` (written by `PostgresTaskStore.save`).
 
-    Used by the SDK only for a task that runs on *another* replica (a local one is tapped in
-    memory): `SubscribeToTask` there gets the stored snapshot, then these events until the task
-    ends or is interrupted. Polls every `POLL_SECONDS`; callers are owner-checked before.
+    Every `SubscribeToTask` with shared stores reads it (`handler.py`): the stored snapshot, then
+    these events until the task is terminal, whichever replica runs the task's turns. Polls every
+    `POLL_SECONDS`; callers are owner-checked before.
     """
 
     POLL_SECONDS = 0.2

@@ -5,7 +5,8 @@ Two contracts live here, with the values both of their implementations share:
 * `TaskStore`: owner-scoped tasks. The a2a-sdk request handler runs turns against the same object
   through the SDK's own store contract (`SdkTaskStore`): the memory store is an unversioned SDK
   `TaskStore` (the SDK wraps it), the PostgreSQL store a `VersionedTaskStore` whose every write is
-  a compare-and-swap. `TERMINAL` is the set of states no write changes.
+  a compare-and-swap. `TERMINAL` is the set of states no write changes, `INTERRUPTED` the states
+  of a task that waits for its client.
 * `ConfirmationStore`: guarded actions and the human decisions on them, plus the `Confirmation` and
   `Proposal` rows it takes and gives. Gateways use it through the gateway seam, which re-exports
   these names (`adapter.gateway`).
@@ -36,6 +37,8 @@ TERMINAL = frozenset(
         pb.TASK_STATE_REJECTED,
     }
 )
+# A task waiting for its client (spec 3.1): not over, but no turn runs on it.
+INTERRUPTED = frozenset({pb.TASK_STATE_INPUT_REQUIRED, pb.TASK_STATE_AUTH_REQUIRED})
 
 
 class TaskStore(Protocol):
