@@ -7,7 +7,11 @@ For each message the executor derives the session id from the verified principal
   (or `TASK_STATE_REJECTED` with the text as the status message when the gateway refused);
 * a `Pending` guarded action → `TASK_STATE_INPUT_REQUIRED` with a status message holding a text
   part and the data part `{action_id, tool, args, level, expires_at, approve_url}` (args redacted
-  here again, whatever the gateway did).
+  here again, whatever the gateway did);
+* a gateway that raises → `TASK_STATE_FAILED` with a fixed status message: a failed turn is a task
+  result (spec 3.2.2: a blocking send answers the task in its terminal state), so the caller
+  learns which task failed; the exception is logged by its type only (its message can carry
+  internals) and never leaves the server.
 
 A follow-up message on an input-required task resumes the turn: the action id comes from the
 *stored* task status (server data), never from the message, and the message text — whatever it
@@ -21,6 +25,7 @@ with -32602).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -36,6 +41,14 @@ from adapter.messages import check_message
 from adapter.principal import principal_of
 from adapter.sessions import session_id
 from adapter.stores.protocols import TERMINAL, SdkTaskStore, read_task
+from runtime import logs
+
+logger = logging.getLogger("adapter.executor")
+
+FAILED_TEXT = (
+    "The agent could not finish this turn, and this task has failed; nothing more will happen "
+    "on it. Send the message again as a new task to retry."
+)
 
 
 def _status(state: int, message: pb.Message | None = None) -> pb.TaskStatus:
@@ -61,6 +74,13 @@ def _data_part(value: dict[str, Any]) -> pb.Part:
     data = struct_pb2.Value()
     data.struct_value.update(value)
     return pb.Part(data=data, media_type="application/json")
+
+
+def _failed(task_id: str, context_id: str) -> pb.TaskStatusUpdateEvent:
+    message = _agent_message(task_id, context_id, [pb.Part(text=FAILED_TEXT)])
+    return pb.TaskStatusUpdateEvent(
+        task_id=task_id, context_id=context_id, status=_status(pb.TASK_STATE_FAILED, message)
+    )
 
 
 def pending_action_id(task: pb.Task | None) -> str | None:
@@ -102,15 +122,25 @@ class GatewayExecutor(AgentExecutor):
         elif task.status.state in TERMINAL:
             # Another replica may have finished it while this one kept it parked.
             raise UnsupportedOperationError(message=f"Task {task_id} is in a terminal state")
-        outcome = await self._gateway.run_in_session(
-            Turn(
-                session_id=session_id(principal.key, context_id),
-                principal=principal,
-                text=text,
-                task_id=task_id,
-                resume_action_id=pending_action_id(task),
-            )
+        turn = Turn(
+            session_id=session_id(principal.key, context_id),
+            principal=principal,
+            text=text,
+            task_id=task_id,
+            resume_action_id=pending_action_id(task),
         )
+        try:
+            outcome = await self._gateway.run_in_session(turn)
+        except Exception as exc:  # noqa: BLE001 - any gateway failure fails the task, never the server
+            logs.event(
+                logger,
+                "gateway_failed",
+                logging.ERROR,
+                task_id=task_id,
+                error_type=type(exc).__name__,
+            )
+            await event_queue.enqueue_event(_failed(task_id, context_id))
+            return
         for event in self._events(outcome, task_id, context_id):
             await event_queue.enqueue_event(event)
 
