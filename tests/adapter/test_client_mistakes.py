@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,7 +28,12 @@ Mistake = Callable[[Server], Awaitable[httpx.Response]]
 
 def message(text: str = "how is checkout?", **fields: Any) -> dict[str, Any]:
     return {
-        "message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": text}], **fields}
+        "message": {
+            "messageId": uuid.uuid4().hex,
+            "role": "ROLE_USER",
+            "parts": [{"text": text}],
+            **fields,
+        }
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -28,7 +29,12 @@ ALICE_BOT = delegated()
 
 def message(text: str = "how is checkout?", **fields: Any) -> dict[str, Any]:
     return {
-        "message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": text}], **fields}
+        "message": {
+            "messageId": uuid.uuid4().hex,
+            "role": "ROLE_USER",
+            "parts": [{"text": text}],
+            **fields,
+        }
     }
 
 
@@ -392,23 +398,26 @@ async def test_concurrent_subscribers_see_the_same_events_in_order(server: Serve
     assert streams[0][1:] == streams[1][1:]
 
 
-async def test_repeated_message_id_is_accepted(server: Server) -> None:
-    """Trap 8: two new turns reusing one messageId both run."""
-    first = await server.rpc(ALICE_BOT, "SendMessage", message())
-    second = await server.rpc(ALICE_BOT, "SendMessage", message())
-    ids = {r.json()["result"]["task"]["id"] for r in (first, second)}
-    assert len(ids) == 2
-    assert len(server.gateway.turns) == 2
+async def test_repeated_message_id_is_a_retry(server: Server) -> None:
+    """Trap 8: a repeated messageId is not refused: the same message again is a retry, answered
+    with the first task (spec 3.3.1), and the gateway runs once."""
+    first = await server.rpc(ALICE_BOT, "SendMessage", message(messageId="m-1"))
+    second = await server.rpc(ALICE_BOT, "SendMessage", message(messageId="m-1"))
+    assert first.json()["result"] == second.json()["result"]
+    assert len(server.gateway.turns) == 1
 
 
-async def test_repeated_message_id_on_a_follow_up_still_runs_the_turn(server: Server) -> None:
-    """Trap 15: a follow-up reusing the first message's id is processed, not dropped."""
+async def test_a_follow_up_reusing_a_message_id_for_another_message_is_refused(
+    server: Server,
+) -> None:
+    """Trap 15: a follow-up reusing the first message's id for another text is -32602
+    (`message_id_reused`): the task's history could not hold both messages."""
     task = await new_task(server, "restart checkout")
-    follow_up = message("anything", taskId=task["id"], contextId=task["contextId"])
+    first_id = task["history"][0]["messageId"]
+    follow_up = message("anything", taskId=task["id"], messageId=first_id)
     response = await server.rpc(ALICE_BOT, "SendMessage", follow_up)
-    assert "task" in response.json()["result"]
-    assert len(server.gateway.turns) == 2
-    assert server.gateway.turns[1].text == "anything"
+    assert error_of(response)["data"][0]["metadata"]["rule"] == "message_id_reused"
+    assert len(server.gateway.turns) == 1
 
 
 async def test_list_tasks_shape(server: Server) -> None:

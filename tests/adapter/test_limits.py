@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
@@ -18,7 +19,8 @@ VERSION = {"A2A-Version": "1.0"}
 
 
 def send_params(text: str = "how is search?") -> dict[str, Any]:
-    return {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": text}]}}
+    parts = [{"text": text}]
+    return {"message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": parts}}
 
 
 async def fill(server: Server, count: int) -> list[asyncio.Task[Any]]:
