@@ -27,6 +27,7 @@ from adapter.gateway import AgentGateway, GatewayContext, load_gateway
 from adapter.handler import RequestHandler
 from adapter.limits import Limiter, MemoryLimiter, RedisLimiter
 from adapter.metrics import Metrics
+from adapter.retries import Retries
 from adapter.settings import AdapterSettings
 from adapter.stores import Stores, open_stores
 from adapter.streams import Drain, Streams
@@ -114,6 +115,7 @@ def _assemble(
     turns = Turns(limiter, metrics)
     handler = RequestHandler(
         confirmations=gateway.confirmations,
+        retries=Retries(stores.claims, stores.sdk_tasks),
         agent_executor=turns.executor(
             GatewayExecutor(gateway, approvals_base_url(settings.public_url))
         ),

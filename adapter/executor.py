@@ -20,7 +20,8 @@ says — is not a decision. Intermediate gateway events never leave the server.
 `TaskContextBuilder` fixes an a2a-sdk gap
 (docs/a2a-notes.md#a-follow-up-naming-only-taskid-gets-a-new-contextid): a follow-up that names
 only `taskId` gets the task's `contextId` (the SDK would invent a new one and then fail the turn
-with -32602).
+with -32602). It also gives a new task the id its first message was claimed for (`retries.py`),
+so a retry of that message finds it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from google.protobuf import struct_pb2, timestamp_pb2
 from adapter.gateway import AgentGateway, Pending, Reply, Turn, redact
 from adapter.messages import check_message
 from adapter.principal import principal_of
+from adapter.retries import new_task_id
 from adapter.sessions import session_id
 from adapter.stores.protocols import TERMINAL, SdkTaskStore, read_task
 from runtime import logs
@@ -127,6 +129,8 @@ class GatewayExecutor(AgentExecutor):
             principal=principal,
             text=text,
             task_id=task_id,
+            message_id=message.message_id,
+            context_id=context_id,
             resume_action_id=pending_action_id(task),
         )
         try:
@@ -187,7 +191,8 @@ class GatewayExecutor(AgentExecutor):
 
 
 class TaskContextBuilder(RequestContextBuilder):
-    """Builds the turn's `RequestContext`, inferring `contextId` from the task (spec §3.4.3)."""
+    """Builds the turn's `RequestContext`: `contextId` inferred from the task (spec §3.4.3), a new
+    task's id the one its message was claimed for."""
 
     def __init__(self, task_store: SdkTaskStore) -> None:
         self._task_store = task_store
@@ -204,6 +209,8 @@ class TaskContextBuilder(RequestContextBuilder):
             stored = await read_task(self._task_store, task_id, context)  # owner-scoped
             if stored is not None:
                 context_id = stored.context_id
+        if not task_id:
+            task_id = new_task_id(context)
         return RequestContext(
             call_context=context,
             request=params,

@@ -71,12 +71,20 @@ class Specialist:
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    """One user message for one conversation (session) of one principal."""
+    """One user message for one conversation (session) of one principal.
+
+    The gateway gets the message's text, never its raw parts (the message rules let only text
+    through), with the ids a real gateway needs: the caller's `message_id` (a retried send of it
+    never reaches the gateway again: the adapter answers it, see `retries.py`), and the `task_id`
+    and `context_id` of the task the message runs in, as the caller sees them.
+    """
 
     session_id: str
     principal: Principal
     text: str
     task_id: str
+    message_id: str
+    context_id: str
     # Set when the task waits on a guarded action: the server-stored id from its status, never a
     # value the client sent.
     resume_action_id: str | None = None

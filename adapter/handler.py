@@ -11,6 +11,9 @@
   log elsewhere, and ends the tail at an interrupted state: a subscriber on the replica where a
   task was parked never heard a resume that ran on another one, and no remote subscriber heard
   the end of a task that waited for input.
+* A send of a message seen before (by `messageId`, `retries.py`) runs nothing: it is answered
+  with the task of the first send, once that turn is over. A stream of it is that task's snapshot
+  now (if its turn still runs), then the task once the turn is over.
 * A message to a finished task is refused (-32004) before the SDK is asked to run it. The SDK
   would first build an `ActiveTask` for it — two event queues, each with a dispatcher task — and
   then abandon it when it finds the task terminal; the garbage collector reports each abandoned
@@ -30,10 +33,12 @@ from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
 from a2a.server.request_handlers import DefaultRequestHandler, validate_request_params
 from a2a.types import a2a_pb2 as pb
-from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
+from a2a.utils.errors import TaskNotFoundError
+from a2a.utils.task import apply_history_length
 
 from adapter.executor import pending_action_id
 from adapter.principal import owner_of
+from adapter.retries import Retries, refuse_terminal
 from adapter.stores.protocols import TERMINAL, ConfirmationStore, read_task
 
 
@@ -44,27 +49,49 @@ class RequestHandler(DefaultRequestHandler):
         self,
         *,
         confirmations: ConfirmationStore,
+        retries: Retries,
         event_stream: TaskEventStream | None = None,
         **options: Any,
     ) -> None:
         super().__init__(event_stream=event_stream, **options)
         self._confirmations = confirmations
+        self._retries = retries
         self._shared_events = event_stream
 
     async def on_message_send(
         self, params: pb.SendMessageRequest, context: ServerCallContext
     ) -> pb.Task | pb.Message:
-        await self._refuse_finished(params, context)
-        result: pb.Task | pb.Message = await super().on_message_send(params, context)
+        wait = not params.configuration.return_immediately
+        while (retry := await self._retries.admit(params.message, context)) is not None:
+            task = await self._retries.answer(retry, context, wait=wait)
+            if task is not None:
+                return apply_history_length(task, params.configuration)
+        try:
+            result: pb.Task | pb.Message = await super().on_message_send(params, context)
+        except Exception:
+            await self._retries.first_failed(params.message, context)
+            raise
         return result
 
     async def on_message_send_stream(
         self, params: pb.SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
-        await self._refuse_finished(params, context)
-        async with aclosing(super().on_message_send_stream(params, context)) as events:
-            async for event in events:
-                yield event
+        shown = False
+        while (retry := await self._retries.admit(params.message, context)) is not None:
+            if not shown and (now := await self._retries.running(retry, context)) is not None:
+                yield apply_history_length(now, params.configuration)  # the stream's first event
+                shown = True
+            task = await self._retries.answer(retry, context)
+            if task is not None:
+                yield apply_history_length(task, params.configuration)
+                return
+        try:
+            async with aclosing(super().on_message_send_stream(params, context)) as events:
+                async for event in events:
+                    yield event
+        except Exception:
+            await self._retries.first_failed(params.message, context)
+            raise
 
     @validate_request_params
     async def on_subscribe_to_task(
@@ -79,25 +106,13 @@ class RequestHandler(DefaultRequestHandler):
         stored = await store.get(params.id, context)  # owner-scoped
         if stored is None:
             raise TaskNotFoundError
-        _refuse_terminal(stored.task)
+        refuse_terminal(stored.task)
         yield stored.task
         async with aclosing(self._shared_events.subscribe(params.id, after=stored.version)) as log:
             async for versioned in log:
                 yield versioned.event
                 if _ends_task(versioned.event):
                     return
-
-    async def _refuse_finished(
-        self, params: pb.SendMessageRequest, context: ServerCallContext
-    ) -> None:
-        """-32004 for a message naming a terminal task of the caller's (spec §3.1.1); any other
-        task id is left to the SDK (an unknown one is -32001 before it builds anything)."""
-        task_id = params.message.task_id
-        if not task_id:
-            return
-        task = await read_task(self.task_store, task_id, context)  # owner-scoped
-        if task is not None:
-            _refuse_terminal(task)
 
     async def on_cancel_task(
         self, params: pb.CancelTaskRequest, context: ServerCallContext
@@ -109,14 +124,6 @@ class RequestHandler(DefaultRequestHandler):
         if waiting is not None and task is not None and task.status.state == pb.TASK_STATE_CANCELED:
             await self._confirmations.withdraw(waiting, owner=owner_of(context))
         return task
-
-
-def _refuse_terminal(task: pb.Task) -> None:
-    """-32004 for a finished task: it takes no message and has nothing more to stream."""
-    if task.status.state in TERMINAL:
-        raise UnsupportedOperationError(
-            message=f"Task {task.id} is in terminal state: {pb.TaskState.Name(task.status.state)}"
-        )
 
 
 def _ends_task(event: Event) -> bool:

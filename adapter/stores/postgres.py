@@ -36,6 +36,7 @@ from adapter.principal import owner_of
 from adapter.stores.listing import ListQuery, page_response, sort_key
 from adapter.stores.protocols import (
     TERMINAL,
+    Claim,
     Confirmation,
     Decision,
     DecisionOutcome,
@@ -73,6 +74,14 @@ CREATE TABLE IF NOT EXISTS {s}.task_events (
 CREATE INDEX IF NOT EXISTS task_events_by_task ON {s}.task_events (task_id, seq);
 CREATE INDEX IF NOT EXISTS tasks_owner_order
     ON {s}.tasks (owner, has_ts DESC, ts_ns DESC, (id COLLATE "C") DESC);
+CREATE TABLE IF NOT EXISTS {s}.message_claims (
+    owner text NOT NULL,
+    key text NOT NULL,
+    task_id text NOT NULL,
+    fingerprint text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (owner, key)
+);
 CREATE TABLE IF NOT EXISTS {s}.approvals (
     action_id text PRIMARY KEY,
     owner text NOT NULL,
@@ -415,6 +424,70 @@ class PostgresConfirmationStore:
         await self._pool.fetchval("SELECT 1")
 
 
+class PostgresMessageClaims:
+    """Message claims shared by every replica: the claim is one `INSERT … ON CONFLICT DO NOTHING`,
+    so of duplicates racing on any replicas exactly one makes it."""
+
+    shared = True
+
+    def __init__(self, pool: asyncpg.Pool, schema: str) -> None:
+        self._pool = pool
+        self._c = f"{schema}.message_claims"
+
+    async def claim(self, owner: str, key: str, *, task_id: str, fingerprint: str) -> Claim:
+        while True:
+            made = await self._pool.fetchval(
+                f"""INSERT INTO {self._c} (owner, key, task_id, fingerprint)
+                    VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING true""",  # noqa: S608
+                owner,
+                key,
+                task_id,
+                fingerprint,
+            )
+            if made:
+                return Claim(task_id, fingerprint, 0.0, mine=True)
+            # Read in a statement of its own: the INSERT's snapshot may predate the row it lost to.
+            existing = await self.get(owner, key)
+            if existing is not None:
+                return existing
+            # Released or swept in between: try again.
+
+    async def get(self, owner: str, key: str) -> Claim | None:
+        row = await self._pool.fetchrow(
+            f"""SELECT task_id, fingerprint,
+                       extract(epoch FROM now() - created_at)::float8 AS age
+                FROM {self._c} WHERE owner = $1 AND key = $2""",  # noqa: S608
+            owner,
+            key,
+        )
+        return None if row is None else Claim(row["task_id"], row["fingerprint"], row["age"])
+
+    async def take_over(
+        self, owner: str, key: str, *, stale: str, task_id: str, fingerprint: str, min_age: float
+    ) -> bool:
+        moved = await self._pool.fetchval(
+            f"""UPDATE {self._c} SET task_id = $3, fingerprint = $4, created_at = now()
+                WHERE owner = $1 AND key = $2 AND task_id = $5
+                  AND created_at <= now() - make_interval(secs => $6)
+                RETURNING true""",  # noqa: S608
+            owner,
+            key,
+            task_id,
+            fingerprint,
+            stale,
+            min_age,
+        )
+        return bool(moved)
+
+    async def release(self, owner: str, key: str, *, task_id: str) -> None:
+        await self._pool.execute(
+            f"DELETE FROM {self._c} WHERE owner = $1 AND key = $2 AND task_id = $3",  # noqa: S608
+            owner,
+            key,
+            task_id,
+        )
+
+
 class PostgresStores:
     """The pool and both stores; `open()` creates the schema, `close()` drains the pool.
 
@@ -430,6 +503,7 @@ class PostgresStores:
         self.tasks = PostgresTaskStore(pool, schema)
         self.events = PostgresEventStream(pool, schema)
         self.confirmations = PostgresConfirmationStore(pool, schema, clock=clock)
+        self.claims = PostgresMessageClaims(pool, schema)
         self._schema = schema
         self._clock = clock
         self._idle_ttl = idle_ttl
@@ -463,6 +537,11 @@ class PostgresStores:
         )
         await self.pool.execute(
             f"DELETE FROM {self._schema}.task_events "  # noqa: S608
+            "WHERE created_at < now() - make_interval(secs => $1)",
+            self._idle_ttl,
+        )
+        await self.pool.execute(
+            f"DELETE FROM {self._schema}.message_claims "  # noqa: S608
             "WHERE created_at < now() - make_interval(secs => $1)",
             self._idle_ttl,
         )

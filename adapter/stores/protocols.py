@@ -10,6 +10,8 @@ Two contracts live here, with the values both of their implementations share:
 * `ConfirmationStore`: guarded actions and the human decisions on them, plus the `Confirmation` and
   `Proposal` rows it takes and gives. Gateways use it through the gateway seam, which re-exports
   these names (`adapter.gateway`).
+* `MessageClaims`: which task each message (by `messageId`, in its scope) belongs to, so that a
+  retried send finds its first answer instead of running again (`retries.py`).
 
 Nothing here imports the rest of the adapter: of it, a store needs only this module, the listing
 rules (`listing.py`) and the owner of a call (`principal.owner_of`).
@@ -147,6 +149,45 @@ class ConfirmationStore(Protocol):
 
     async def ping(self) -> None:
         """Raise if the store cannot be reached (readiness)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The task a message belongs to: claimed by the first send of it, found by its retries."""
+
+    task_id: str
+    fingerprint: str  # of the message's content, so a different message under the id is told
+    age: float  # seconds since the claim was made (or taken over), by the store's clock
+    mine: bool = False  # True only for the `claim` call that made it
+
+
+class MessageClaims(Protocol):
+    """Claims of messages on tasks, per owner; `key` names the message in its scope.
+
+    A claim is made once, atomically, by the first send of a message; every other send of it
+    (a retry, or a duplicate racing the first) is told whose it is. Claims are dropped with the
+    tasks they name (idle TTL) and when a first send never reached its task (`release`).
+    """
+
+    @property
+    def shared(self) -> bool:
+        """True when every replica sees the same claims."""
+
+    async def claim(self, owner: str, key: str, *, task_id: str, fingerprint: str) -> Claim:
+        """Claim `key` for `task_id` unless it is claimed already: the claim that holds (`mine`
+        when this call made it)."""
+
+    async def get(self, owner: str, key: str) -> Claim | None:
+        """The claim on `key`, if any."""
+
+    async def take_over(
+        self, owner: str, key: str, *, stale: str, task_id: str, fingerprint: str, min_age: float
+    ) -> bool:
+        """Move the claim from task `stale` to `task_id` if it still names `stale` and is at
+        least `min_age` seconds old (its send died before its task was stored); True if moved."""
+
+    async def release(self, owner: str, key: str, *, task_id: str) -> None:
+        """Drop the claim if it still names `task_id` (its send never reached the task)."""
 
 
 def new_action_id() -> str:
