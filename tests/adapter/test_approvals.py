@@ -261,6 +261,18 @@ async def test_deeply_nested_decision_body_is_400(server: Server) -> None:
     assert response.status_code == 400
 
 
+async def test_a_decision_body_that_is_not_utf8_is_400(server: Server) -> None:
+    """The decision is JSON, so UTF-8 (RFC 8259 §8.1): a UTF-16 body is not read as one."""
+    _, data = await propose(server)
+    async with server.http(human("alice"), "approvals") as http:
+        response = await http.post(
+            f"/approvals/{data['action_id']}",
+            content=b"\xff\xfe" + '{"decision": "approve"}'.encode("utf-16-le"),
+            headers={"Content-Type": "application/json"},
+        )
+    assert (response.status_code, response.json()["status"]) == (400, "bad_request")
+
+
 async def test_decision_needs_an_assertion(server: Server) -> None:
     """No assertion at all: 401 with the Bearer challenge."""
     _, data = await propose(server)

@@ -151,6 +151,64 @@ async def test_bad_json_is_32700(server: Server) -> None:
     assert response.json()["id"] is None
 
 
+GET_TASK = '{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "caf\u00e9"}}'
+
+# JSON on the wire is UTF-8 (RFC 8259 §8.1); these are the same request in other encodings.
+NOT_UTF8 = {
+    "UTF-16LE with a BOM": b"\xff\xfe" + GET_TASK.encode("utf-16-le"),
+    "UTF-16BE with a BOM": b"\xfe\xff" + GET_TASK.encode("utf-16-be"),
+    "UTF-16LE without a BOM": GET_TASK.encode("utf-16-le"),
+    "UTF-32 with a BOM": GET_TASK.encode("utf-32"),
+    "Latin-1": GET_TASK.encode("latin-1"),
+}
+
+
+@pytest.mark.parametrize("body", NOT_UTF8.values(), ids=NOT_UTF8.keys())
+async def test_a_body_that_is_not_utf8_is_32700(server: Server, body: bytes) -> None:
+    """RFC 8259 §8.1: JSON exchanged between systems MUST be UTF-8; any other encoding is a parse
+    error (-32700, id null), never decoded by guesswork."""
+    response = await raw_post(server, body)
+    assert error_of(response)["code"] == -32700
+    assert response.json()["id"] is None
+
+
+async def test_a_utf8_byte_order_mark_is_ignored(server: Server) -> None:
+    """RFC 8259 §8.1: a sender MUST NOT add a BOM, a parser MAY ignore one: this one does."""
+    response = await raw_post(server, b"\xef\xbb\xbf" + GET_TASK.encode())
+    assert error_of(response)["code"] == -32001  # parsed, and the task is unknown
+
+
+NOTIFICATIONS = {
+    "SendMessage": {"message": {"messageId": "n", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+    "SendStreamingMessage": {
+        "message": {"messageId": "n", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    },
+    "GetTask": {"id": "x"},
+    "NoSuchMethod": {},
+}
+
+
+@pytest.mark.parametrize(("method", "params"), NOTIFICATIONS.items(), ids=NOTIFICATIONS.keys())
+async def test_a_notification_runs_nothing_and_gets_no_reply(
+    server: Server, method: str, params: dict[str, Any]
+) -> None:
+    """JSON-RPC 2.0 §4.1: a request without `id` is a notification, which gets no reply; every
+    A2A method needs its answer, so nothing runs: HTTP 204 without a body."""
+    body = {"jsonrpc": "2.0", "method": method, "params": params}
+    response = await raw_post(server, json.dumps(body).encode())
+    assert (response.status_code, response.content) == (204, b"")
+    assert server.gateway.turns == []
+    listed = await server.rpc(ALICE_BOT, "ListTasks", {})
+    assert listed.json()["result"]["totalSize"] == 0
+
+
+async def test_a_null_id_is_a_request_not_a_notification(server: Server) -> None:
+    """`"id": null` is a request (discouraged, but one): it is answered, with id null."""
+    response = await server.rpc(ALICE_BOT, "GetTask", {"id": "x"}, rpc_id=None)
+    assert error_of(response)["code"] == -32001
+    assert response.json()["id"] is None
+
+
 @pytest.mark.parametrize("depth", [60, 900, 20000])
 async def test_deeply_nested_json_is_refused_cleanly(server: Server, depth: int) -> None:
     """Nesting deeper than the parsers allow is a JSON-RPC error, never a 500."""
