@@ -5,8 +5,9 @@ refused cheapest-first:
 
 1. principal assertion for the `a2a` surface → 401 before anything else runs (even the body read);
 2. body cap (Content-Length, then the bytes actually read) → 413, before parsing;
-3. `Content-Type: application/json` → -32005; JSON → -32700; a single JSON-RPC 2.0 request object
-   (no batches, `id` a string, integer or null) → -32600; a known method → -32601;
+3. `Content-Type: application/json` → -32005; UTF-8 JSON → -32700; a single JSON-RPC 2.0 request
+   object (no batches, `id` a string, integer or null) → -32600; a notification (no `id`) → HTTP
+   204 without a body, nothing run; a known method → -32601;
 4. `A2A-Version` (header, or the `A2A-Version` query parameter): `1.0` (a patch part is ignored);
    absent or empty means 0.3, which this server does not speak → -32009;
 5. lenient params (camelCase or snake_case, unknown fields ignored) → -32602 on a bad shape;
@@ -41,6 +42,7 @@ from adapter.envelope import (
     STREAMING,
     TURNS,
     VERSION_HEADER,
+    Notification,
     Request,
     RpcError,
     RpcId,
@@ -114,6 +116,12 @@ class Dispatcher:
             response, outcome = await self._serve(http, call)
         except Refusal as refusal:
             response, outcome = refusal_response(refusal), refusal.reason
+        except Notification as notification:  # no reply, nothing run (envelope.py)
+            method, response, outcome = (
+                notification.method,
+                web.Response(status=204),
+                "notification",
+            )
         except RpcError as failed:
             response, outcome = _error(failed.rpc_id, failed.error)
         except A2AError as error:
