@@ -37,6 +37,13 @@ from google.protobuf.json_format import MessageToDict
 from adapter.function_shapes import names_a_tool, reads_as_tool_io
 
 MAX_CHARS = 8192
+# The body that carries the longest message in the worst escaping a JSON client may use: a
+# character outside the Basic Multilingual Plane written as a surrogate pair of `\uXXXX` escapes
+# is 12 bytes, the most any one character takes; 32 KiB more hold everything else (the envelope,
+# ids, part framing, metadata). Envoy's body cap and the adapter's are this number
+# (docs/contract.md#body-size).
+MAX_ESCAPED_CHAR_BYTES = 12
+MAX_BODY_BYTES = MAX_CHARS * MAX_ESCAPED_CHAR_BYTES + 32 * 1024
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 TEXT_MEDIA_TYPES = frozenset({"", "text/plain"})
 JOINERS = frozenset({"\u200c", "\u200d"})  # the format characters that are allowed

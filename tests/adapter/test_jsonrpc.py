@@ -13,6 +13,7 @@ import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types import a2a_pb2 as pb
 
+from adapter.messages import MAX_BODY_BYTES
 from tests.adapter.conftest import (
     Server,
     assertion_headers,
@@ -262,8 +263,8 @@ async def test_push_methods_are_32003(server: Server, method: str) -> None:
 
 async def test_body_over_the_cap_is_413_before_parsing() -> None:
     """A body over ORRERY_A2A_MAX_BODY_BYTES is refused with 413 and never parsed."""
-    async with running({"ORRERY_A2A_MAX_BODY_BYTES": "2048"}) as server:
-        response = await raw_post(server, b"[" * 4096)
+    async with running() as server:
+        response = await raw_post(server, b"[" * (MAX_BODY_BYTES + 1))
         assert response.status_code == 413
         assert response.json()["error"] == "body_too_large"
 
@@ -272,10 +273,10 @@ async def test_chunked_body_over_the_cap_is_413() -> None:
     """Without Content-Length the cap applies to the bytes actually read."""
 
     async def chunks() -> Any:
-        for _ in range(8):
+        for _ in range(MAX_BODY_BYTES // 1024 + 1):
             yield b" " * 1024
 
-    async with running({"ORRERY_A2A_MAX_BODY_BYTES": "2048"}) as server:
+    async with running() as server:
         async with server.http(ALICE_BOT) as http:
             response = await http.post(
                 "/a2a", content=chunks(), headers={"Content-Type": "application/json"}
