@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from adapter.card_signing import CardSigningKey, parse_key_files
+from adapter.messages import MAX_BODY_BYTES
 from contract.assertion import AssertionKeys
 from contract.identity import DEFAULT_ROLE_AUTONOMY, parse_role_autonomy
 from runtime.env import EnvReader, is_loopback_url
@@ -196,8 +197,12 @@ class AdapterSettings:
                 "ORRERY_A2A_DB_SCHEMA", DEFAULT_SCHEMA, _schema, DEFAULT_SCHEMA
             ),
             multi_replica=multi_replica,
+            # Never below the body of the longest legal message in the worst escaping.
             max_body_bytes=reader.integer(
-                "ORRERY_A2A_MAX_BODY_BYTES", 131072, minimum=1024, maximum=16 * 1024 * 1024
+                "ORRERY_A2A_MAX_BODY_BYTES",
+                MAX_BODY_BYTES,
+                minimum=MAX_BODY_BYTES,
+                maximum=16 * 1024 * 1024,
             ),
             approval_ttl=reader.seconds("ORRERY_A2A_APPROVAL_TTL", "15m", minimum=1.0),
             task_idle_ttl=reader.seconds("ORRERY_A2A_TASK_IDLE_TTL", "1h", minimum=1.0),
