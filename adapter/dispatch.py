@@ -12,7 +12,8 @@ refused cheapest-first:
    absent or empty means 0.3, which this server does not speak → -32009;
 5. lenient params (camelCase or snake_case, unknown fields ignored) → -32602 on a bad shape;
    push-notification methods → -32003 (push is off);
-6. message rules (`messages.py`) and the per-principal in-flight cap (429 + `Retry-After`);
+6. message rules (`messages.py`) and the per-principal caps (429 + `Retry-After`): turns in flight
+   for `SendMessage` / `SendStreamingMessage`, open streams for `SubscribeToTask`;
 7. the SDK handler, with `ServerCallContext.user` = the verified principal.
 
 Steps 3 to 5 are the envelope's (`envelope.py`), the cap is `turns.py`'s, and the streaming
@@ -55,6 +56,7 @@ from adapter.envelope import (
     success,
 )
 from adapter.errors import BodyTooLarge, Refusal
+from adapter.limits import Limiter
 from adapter.messages import check_message
 from adapter.metrics import Metrics
 from adapter.principal import PrincipalUser, verify_request
@@ -90,12 +92,14 @@ class Dispatcher:
         keys: AssertionKeys,
         max_body_bytes: int,
         turns: Turns,
+        subscriptions: Limiter,
         streams: Streams,
         metrics: Metrics,
     ) -> None:
         self._keys = keys
         self._max_body = max_body_bytes
         self._turns = turns
+        self._subscriptions = subscriptions
         self._streams = streams
         self._metrics = metrics
         self._unary: dict[str, Callable[[Any, ServerCallContext], Awaitable[Any]]] = {
@@ -160,10 +164,19 @@ class Dispatcher:
             raise _too_large(self._max_body) from None
 
     async def _serve(self, http: web.Request, call: _Call) -> Answer:
-        if call.request.method not in TURNS:
-            return await self._answer(http, call)
-        async with self._turns.admitted(call.principal.key, call.context):  # 429 / 503 refusals
-            return await self._answer(http, call)
+        method = call.request.method
+        if method in TURNS:
+            async with self._turns.admitted(call.principal.key, call.context):  # 429 / 503
+                return await self._answer(http, call)
+        if method == "SubscribeToTask":
+            slot = await self._subscriptions.acquire(call.principal.key)  # 429 / 503
+            self._metrics.subscriptions.set(self._subscriptions.in_flight())
+            try:
+                return await self._answer(http, call)
+            finally:
+                await slot.release()
+                self._metrics.subscriptions.set(self._subscriptions.in_flight())
+        return await self._answer(http, call)
 
     async def _answer(self, http: web.Request, call: _Call) -> Answer:
         """The SDK's answer; an error before anything was sent is a JSON-RPC error body."""

@@ -146,6 +146,7 @@ class AdapterSettings:
     assertion_keys: AssertionKeys
     public_url: str
     max_in_flight: int
+    max_subscriptions: int
     redis_url: str | None
     gateway: str | None
     database_url: str | None
@@ -190,6 +191,9 @@ class AdapterSettings:
                 "ORRERY_A2A_PUBLIC_URL", DEFAULT_PUBLIC_URL, _public_url, DEFAULT_PUBLIC_URL
             ),
             max_in_flight=reader.integer("ORRERY_A2A_MAX_IN_FLIGHT", 4, minimum=1, maximum=1000),
+            max_subscriptions=reader.integer(
+                "ORRERY_A2A_MAX_SUBSCRIPTIONS", 8, minimum=1, maximum=1000
+            ),
             redis_url=redis_url,
             gateway=gateway,
             database_url=database_url,
