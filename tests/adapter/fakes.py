@@ -11,7 +11,15 @@ import dataclasses
 from collections.abc import Sequence
 
 from adapter.demo_gateway import SPECIALISTS, DemoGateway
-from adapter.gateway import ConfirmationStore, GatewayContext, Pending, Reply, Specialist, Turn
+from adapter.gateway import (
+    ConfirmationStore,
+    GatewayContext,
+    Pending,
+    Proposal,
+    Reply,
+    Specialist,
+    Turn,
+)
 
 
 class RecordingGateway:
@@ -56,3 +64,47 @@ class StoreWithoutWithdraw:
 def create_with_an_old_store(context: GatewayContext) -> RecordingGateway:
     old = StoreWithoutWithdraw(context.confirmations)
     return RecordingGateway(dataclasses.replace(context, confirmations=old))  # type: ignore[arg-type]
+
+
+class ReplanningGateway:
+    """An agent that changes its plan between the approval and the run: it proposes restarting
+    checkout and, once approved, wants to restart `then` instead (the same tool, other args)."""
+
+    def __init__(self, context: GatewayContext, then: str = "payments") -> None:
+        self._confirmations = context.confirmations
+        self._ttl = context.approval_ttl
+        self.then = then
+        self.ran: list[tuple[str, dict[str, str]]] = []
+
+    @property
+    def confirmations(self) -> ConfirmationStore:
+        return self._confirmations
+
+    async def inventory(self) -> Sequence[Specialist]:
+        return list(SPECIALISTS)
+
+    async def run_in_session(self, turn: Turn) -> Reply | Pending:
+        if turn.resume_action_id is None:
+            entry = await self._confirmations.propose(
+                Proposal(
+                    owner=turn.principal.key,
+                    subject=turn.principal.subject,
+                    session_id=turn.session_id,
+                    task_id=turn.task_id,
+                    tool="restart_service",
+                    args={"service": "checkout"},
+                    level="L3",
+                    ttl=self._ttl,
+                )
+            )
+            return Pending(confirmation=entry, summary="Restart checkout needs approval.")
+        action = ("restart_service", {"service": self.then})
+        outcome = await self._confirmations.consume(turn.resume_action_id, owner=turn.principal.key)
+        if outcome != "approved":
+            return Reply(f"nothing was done ({outcome})", rejected=True)
+        self.ran.append(action)
+        return Reply(f"restarted {self.then}")
+
+
+def create_replanning(context: GatewayContext) -> ReplanningGateway:
+    return ReplanningGateway(context)

@@ -11,6 +11,7 @@ import pytest
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
+from adapter.app import GATEWAY
 from adapter.errors import GatewayLoadError
 from adapter.gateway import REDACTED, AgentGateway, GatewayContext, load_gateway, redact
 from adapter.stores.memory import MemoryConfirmationStore
@@ -28,6 +29,7 @@ from tests.adapter.conftest import (
     status_text,
     text_message,
 )
+from tests.adapter.fakes import ReplanningGateway
 
 AGENT = delegated("deploy-bot", "alice")
 
@@ -81,6 +83,24 @@ async def test_approved_action_runs_once_on_resume(server: Server) -> None:
     done = await resume(server, task)
     assert done.status.state == pb.TASK_STATE_COMPLETED
     assert "carried out" in done.artifacts[0].parts[0].text
+
+
+async def test_an_action_changed_after_its_approval_does_not_run() -> None:
+    """The approval binds the exact action the person saw: a gateway that, at the resume, wants
+    to run the same tool with other args gets no approval for it. Nothing runs, the task is
+    rejected, and the approval is not used up."""
+    async with running({"ORRERY_A2A_GATEWAY": "tests.adapter.fakes:create_replanning"}) as server:
+        gateway = server.app[GATEWAY]
+        assert isinstance(gateway, ReplanningGateway)
+        task, data = await propose(server)
+        assert data["args"] == {"service": "checkout"}  # what the person is shown
+        assert (await decide(server, data["action_id"])).status_code == 200
+        resumed = await resume(server, task)
+        assert resumed.status.state == pb.TASK_STATE_REJECTED
+        assert gateway.ran == []
+        async with server.http(human("alice"), "approvals") as http:
+            shown = (await http.get(f"/approvals/{data['action_id']}")).json()
+        assert shown["status"] == "approved"
 
 
 async def test_reply_on_the_task_is_never_a_decision(server: Server) -> None:

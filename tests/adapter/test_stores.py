@@ -17,7 +17,7 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf import timestamp_pb2
 
-from adapter.gateway import ConfirmationStore
+from adapter.gateway import ConfirmationStore, action_digest
 from adapter.principal import PrincipalUser
 from adapter.stores.memory import BoundedTaskStore, MemoryConfirmationStore
 from adapter.stores.postgres import PostgresStores, PostgresTaskStore
@@ -361,3 +361,26 @@ async def test_schema_creation_is_safe_when_replicas_start_together(database_url
         )
         for stores in opened:
             await stores.close()
+
+
+async def test_the_gate_lets_only_the_approved_action_run(confirmations: ConfirmationStore) -> None:
+    """The approval records the digest of the exact action proposed: consuming it for another
+    action (other args) is a `mismatch` that uses nothing up; the approved action consumes it,
+    once."""
+    entry = await confirmations.propose(PROPOSAL)
+    assert entry.digest == PROPOSAL.digest
+    await confirmations.decide(entry.action_id, subject="alice", decision="approve")
+    other = action_digest("restart_service", {"service": "another"})
+    assert await confirmations.consume(entry.action_id, owner="k1", digest=other) == "mismatch"
+    assert (await confirmations.get(entry.action_id, subject="alice")).status == "approved"
+    approved = PROPOSAL.digest
+    assert await confirmations.consume(entry.action_id, owner="k1", digest=approved) == "approved"
+    assert await confirmations.consume(entry.action_id, owner="k1", digest=approved) == "consumed"
+
+
+def test_the_action_digest_is_canonical() -> None:
+    """Key order and JSON spelling do not change the digest; any argument or the tool does."""
+    base = action_digest("restart_service", {"service": "checkout", "force": False})
+    assert base == action_digest("restart_service", {"force": False, "service": "checkout"})
+    assert base != action_digest("restart_service", {"service": "checkout", "force": True})
+    assert base != action_digest("rollback_service", {"service": "checkout", "force": False})
