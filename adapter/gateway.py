@@ -4,7 +4,10 @@
 inventory of specialists (the extended card is built from it, so it cannot drift) and one call per
 turn that answers either a final `Reply` or a `Pending` guarded action that a human must approve.
 Approvals live in a `ConfirmationStore` the gateway exposes; the `/approvals` endpoint decides
-through it, and the gate inside `run_in_session` consumes a decision exactly once.
+through it, and the gate inside `run_in_session` consumes a decision exactly once — for exactly
+the action the person was shown: a `Proposal` carries the `action_digest` of the exact action
+(tool and unredacted args), and `consume` takes the digest of the action about to run, answering
+`mismatch` (nothing consumed, nothing may run) when the plan changed in between.
 
 `ORRERY_A2A_GATEWAY=module:factory` loads another implementation: `factory(GatewayContext)` returns
 the gateway (or an awaitable of it). The default is `adapter.demo_gateway:create`.
@@ -32,6 +35,7 @@ from adapter.stores.protocols import (
     GateOutcome,
     Proposal,
     Status,
+    action_digest,
 )
 from contract.identity import Principal
 
@@ -51,6 +55,7 @@ __all__ = [
     "Specialist",
     "Status",
     "Turn",
+    "action_digest",
     "load_gateway",
     "redact",
 ]

@@ -181,6 +181,7 @@ class MemoryConfirmationStore:
             status="pending",
             created_at=now,
             expires_at=now + proposal.ttl,
+            digest=proposal.digest,
         )
         self._entries[entry.action_id] = entry
         return entry
@@ -212,13 +213,15 @@ class MemoryConfirmationStore:
         self._set(entry, outcome)
         return outcome
 
-    async def consume(self, action_id: str, *, owner: str) -> GateOutcome:
+    async def consume(self, action_id: str, *, owner: str, digest: str) -> GateOutcome:
         entry = self._entries.get(action_id)
         if entry is None or entry.owner != owner:
             return "not_found"
         if entry.status in ("pending", "approved") and self._clock() >= entry.expires_at:
             self._set(entry, "expired")
             return "expired"
+        if entry.status == "approved" and digest != entry.digest:
+            return "mismatch"
         if entry.status == "approved":
             self._set(entry, "consumed")
             return "approved"

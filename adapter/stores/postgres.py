@@ -96,6 +96,8 @@ CREATE TABLE IF NOT EXISTS {s}.approvals (
     expires_at double precision NOT NULL,
     decided_at double precision
 );
+-- The exact action's digest; rows from before it existed match no action (fail closed).
+ALTER TABLE {s}.approvals ADD COLUMN IF NOT EXISTS digest text NOT NULL DEFAULT '';
 """
 
 
@@ -319,6 +321,7 @@ def _confirmation(row: Mapping[str, Any]) -> Confirmation:
         status=row["status"],
         created_at=row["created_at"],
         expires_at=row["expires_at"],
+        digest=row["digest"],
     )
 
 
@@ -338,8 +341,8 @@ class PostgresConfirmationStore:
         now = self._clock()
         row = await self._pool.fetchrow(
             f"""INSERT INTO {self._a} (action_id, owner, subject, session_id, task_id, tool,
-                    args, level, status, created_at, expires_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, 'pending', $9, $10)
+                    args, level, status, created_at, expires_at, digest)
+                VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, 'pending', $9, $10, $11)
                 RETURNING *""",  # noqa: S608
             new_action_id(),
             proposal.owner,
@@ -351,6 +354,7 @@ class PostgresConfirmationStore:
             proposal.level,
             now,
             now + proposal.ttl,
+            proposal.digest,
         )
         return _confirmation(row)
 
@@ -392,24 +396,30 @@ class PostgresConfirmationStore:
             return "not_found"
         return entry.status if entry.status in ("expired", "withdrawn") else "already_decided"
 
-    async def consume(self, action_id: str, *, owner: str) -> GateOutcome:
+    async def consume(self, action_id: str, *, owner: str, digest: str) -> GateOutcome:
         await self._expire("action_id = $1 AND owner = $2", action_id, owner)
         consumed = await self._pool.fetchval(
             f"""UPDATE {self._a} SET status = 'consumed'
                 WHERE action_id = $1 AND owner = $2 AND status = 'approved' AND expires_at > $3
+                  AND digest = $4
                 RETURNING status""",  # noqa: S608
             action_id,
             owner,
             self._clock(),
+            digest,
         )
         if consumed is not None:
             return "approved"
-        status = await self._pool.fetchval(
-            f"SELECT status FROM {self._a} WHERE action_id = $1 AND owner = $2",  # noqa: S608
+        row = await self._pool.fetchrow(
+            f"SELECT status, digest FROM {self._a} WHERE action_id = $1 AND owner = $2",  # noqa: S608
             action_id,
             owner,
         )
-        return "not_found" if status is None else status
+        if row is None:
+            return "not_found"
+        if row["status"] == "approved" and row["digest"] != digest:
+            return "mismatch"
+        return row["status"]  # type: ignore[no-any-return]
 
     async def withdraw(self, action_id: str, *, owner: str) -> None:
         await self._pool.execute(

@@ -19,6 +19,8 @@ rules (`listing.py`) and the owner of a call (`principal.owner_of`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -86,10 +88,25 @@ Decision = Literal["approve", "deny"]
 DecisionOutcome = Literal[
     "approved", "denied", "not_found", "expired", "already_decided", "withdrawn"
 ]
-# What the gate found when a turn resumed: "approved" means it consumed the approval just now.
+# What the gate found when a turn resumed: "approved" means it consumed the approval just now;
+# "mismatch" that the action about to run is not the one approved (nothing was consumed).
 GateOutcome = Literal[
-    "approved", "denied", "pending", "expired", "consumed", "withdrawn", "not_found"
+    "approved", "denied", "pending", "expired", "consumed", "withdrawn", "not_found", "mismatch"
 ]
+
+
+def action_digest(tool: str, args: Mapping[str, Any]) -> str:
+    """SHA-256 of the exact action: the tool and its *unredacted* arguments as canonical JSON
+    (sorted keys, no spaces, UTF-8). An approval records it when the action is proposed, and the
+    gate lets only an action with the same digest run on it."""
+    canonical = json.dumps(
+        {"tool": tool, "args": args},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +124,13 @@ class Confirmation:
     status: Status
     created_at: float
     expires_at: float
+    digest: str  # `action_digest` of the exact action proposed: the only one the approval runs
 
 
 @dataclass(frozen=True, slots=True)
 class Proposal:
-    """A guarded action a gateway wants a human to decide (`args` redacted by the gateway)."""
+    """A guarded action a gateway wants a human to decide (`args` redacted by the gateway: what
+    the person is shown), bound to the exact action by `digest`."""
 
     owner: str  # principal key of the proposing agent: only its turns may consume the approval
     subject: str  # the delegating human: the only one who may decide
@@ -121,6 +140,7 @@ class Proposal:
     args: Mapping[str, Any]
     level: str
     ttl: float  # seconds until both the decision and the consumption expire
+    digest: str  # `action_digest(tool, exact args)`: what the gate compares at consumption
 
 
 @runtime_checkable
@@ -140,8 +160,11 @@ class ConfirmationStore(Protocol):
     async def decide(self, action_id: str, *, subject: str, decision: Decision) -> DecisionOutcome:
         """Approve or deny a pending, unexpired action of `subject`'s; once."""
 
-    async def consume(self, action_id: str, *, owner: str) -> GateOutcome:
-        """The gate: turn an approval of `owner`'s action into one execution."""
+    async def consume(self, action_id: str, *, owner: str, digest: str) -> GateOutcome:
+        """The gate: turn an approval of `owner`'s action into one execution of that action.
+
+        `digest` is the `action_digest` of the action about to run; unless it equals the one
+        recorded at the proposal, the answer is `mismatch` and nothing is consumed."""
 
     async def withdraw(self, action_id: str, *, owner: str) -> None:
         """`owner` cancelled the task waiting on this action: a pending or approved action

@@ -22,7 +22,7 @@ from aiohttp import web
 from opentelemetry.trace import TracerProvider
 
 from adapter.app import GATEWAY, bind, make_app, start
-from adapter.gateway import Proposal
+from adapter.gateway import Proposal, action_digest
 from adapter.settings import AdapterSettings
 from contract.assertion import AssertionKeys, new_keys_spec, sign
 from contract.identity import Autonomy, Principal, Surface
@@ -38,6 +38,7 @@ PROPOSAL = Proposal(
     args={"service": "x"},
     level="L3",
     ttl=60,
+    digest=action_digest("restart_service", {"service": "x"}),
 )
 
 

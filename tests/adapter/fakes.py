@@ -19,6 +19,7 @@ from adapter.gateway import (
     Reply,
     Specialist,
     Turn,
+    action_digest,
 )
 
 
@@ -95,11 +96,14 @@ class ReplanningGateway:
                     args={"service": "checkout"},
                     level="L3",
                     ttl=self._ttl,
+                    digest=action_digest("restart_service", {"service": "checkout"}),
                 )
             )
             return Pending(confirmation=entry, summary="Restart checkout needs approval.")
         action = ("restart_service", {"service": self.then})
-        outcome = await self._confirmations.consume(turn.resume_action_id, owner=turn.principal.key)
+        outcome = await self._confirmations.consume(
+            turn.resume_action_id, owner=turn.principal.key, digest=action_digest(*action)
+        )
         if outcome != "approved":
             return Reply(f"nothing was done ({outcome})", rejected=True)
         self.ran.append(action)

@@ -337,9 +337,9 @@ async def test_memory_store_gate_is_bound_to_the_owner() -> None:
     store = MemoryConfirmationStore(clock=lambda: now[0])
     entry = await store.propose(PROPOSAL)
     assert await store.decide(entry.action_id, subject="alice", decision="approve") == "approved"
-    assert await store.consume(entry.action_id, owner="k2") == "not_found"
-    assert await store.consume(entry.action_id, owner="k1") == "approved"
-    assert await store.consume(entry.action_id, owner="k1") == "consumed"
+    assert await store.consume(entry.action_id, owner="k2", digest=PROPOSAL.digest) == "not_found"
+    assert await store.consume(entry.action_id, owner="k1", digest=PROPOSAL.digest) == "approved"
+    assert await store.consume(entry.action_id, owner="k1", digest=PROPOSAL.digest) == "consumed"
 
 
 async def test_memory_store_approval_expires_before_consumption() -> None:
@@ -349,7 +349,7 @@ async def test_memory_store_approval_expires_before_consumption() -> None:
     entry = await store.propose(PROPOSAL)
     await store.decide(entry.action_id, subject="alice", decision="approve")
     now[0] += 61
-    assert await store.consume(entry.action_id, owner="k1") == "expired"
+    assert await store.consume(entry.action_id, owner="k1", digest=PROPOSAL.digest) == "expired"
     assert time.time() > 0
 
 
