@@ -78,11 +78,15 @@ def assertion_headers(
     keys: AssertionKeys = KEYS,
     request_id: str | None = None,
     now: int | None = None,
+    token_expires_at: int | None = None,
 ) -> dict[str, str]:
+    """What Envoy + authz put on a request: a fresh request id and an assertion signed for it
+    (the caller's bearer token expiring in an hour, or at `token_expires_at`)."""
     rid = request_id or uuid.uuid4().hex
     issued = int(time.time()) if now is None else now
+    token_exp = issued + 3600 if token_expires_at is None else token_expires_at
     value = sign(
-        keys, principal, surface=surface, request_id=rid, token_expires_at=issued + 3600, now=issued
+        keys, principal, surface=surface, request_id=rid, token_expires_at=token_exp, now=issued
     )
     return {"x-request-id": rid, "x-orrery-principal": value}
 
