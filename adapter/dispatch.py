@@ -12,8 +12,10 @@ refused cheapest-first:
    absent or empty means 0.3, which this server does not speak → -32009;
 5. lenient params (camelCase or snake_case, unknown fields ignored) → -32602 on a bad shape;
    push-notification methods → -32003 (push is off);
-6. message rules (`messages.py`) and the per-principal caps (429 + `Retry-After`): turns in flight
-   for `SendMessage` / `SendStreamingMessage`, open streams for `SubscribeToTask`;
+6. message rules (`messages.py`); for a turn or a stream, a caller's bearer token past its `exp`
+   (the assertion's `tok_exp`) → 401 `token_expired`; the per-principal caps (429 +
+   `Retry-After`): turns in flight for `SendMessage` / `SendStreamingMessage`, open streams for
+   `SubscribeToTask`;
 7. the SDK handler, with `ServerCallContext.user` = the verified principal.
 
 Steps 3 to 5 are the envelope's (`envelope.py`), the cap is `turns.py`'s, and the streaming
@@ -55,11 +57,11 @@ from adapter.envelope import (
     result_of,
     success,
 )
-from adapter.errors import BodyTooLarge, Refusal
+from adapter.errors import BodyTooLarge, Refusal, TokenExpired
 from adapter.limits import Limiter
 from adapter.messages import check_message
 from adapter.metrics import Metrics
-from adapter.principal import PrincipalUser, verify_request
+from adapter.principal import PrincipalUser, verify_assertion
 from adapter.responses import refusal_response
 from adapter.streams import Streams, log_internal_error
 from adapter.turns import Turns
@@ -80,6 +82,7 @@ class _Call:
     request: Request
     context: ServerCallContext
     principal: Principal
+    token_expires_at: int  # the caller's bearer token's `exp`: no stream outlives it
 
 
 class Dispatcher:
@@ -114,8 +117,9 @@ class Dispatcher:
         started = time.perf_counter()
         method, principal = "unknown", None
         try:
-            principal = verify_request(self._keys, http.headers, "a2a")
-            call = await self._parse(http, principal)
+            assertion = verify_assertion(self._keys, http.headers, "a2a")
+            principal = assertion.principal
+            call = await self._parse(http, principal, assertion.token_expires_at)
             method = call.request.method
             response, outcome = await self._serve(http, call)
         except Refusal as refusal:
@@ -140,7 +144,7 @@ class Dispatcher:
         )
         return response
 
-    async def _parse(self, http: web.Request, principal: Principal) -> _Call:
+    async def _parse(self, http: web.Request, principal: Principal, token_expires_at: int) -> _Call:
         body = await self._read_body(http)
         if http.content_type != JSON:
             raise ContentTypeNotSupportedError(message="send Content-Type: application/json")
@@ -153,7 +157,7 @@ class Dispatcher:
             user=PrincipalUser(principal),
             state={"method": request.method, "request_id": request.rpc_id},
         )
-        return _Call(request, context, principal)
+        return _Call(request, context, principal, token_expires_at)
 
     async def _read_body(self, http: web.Request) -> bytes:
         if (http.content_length or 0) > self._max_body:
@@ -165,6 +169,8 @@ class Dispatcher:
 
     async def _serve(self, http: web.Request, call: _Call) -> Answer:
         method = call.request.method
+        if (method in TURNS or method in STREAMING) and time.time() >= call.token_expires_at:
+            raise TokenExpired("the bearer token has expired; no turn or stream starts on it")
         if method in TURNS:
             async with self._turns.admitted(call.principal.key, call.context):  # 429 / 503
                 return await self._answer(http, call)
@@ -184,7 +190,7 @@ class Dispatcher:
         if request.method not in STREAMING:
             return await self._answer_unary(call)
         try:
-            stream = await self._streams.open(request, call.context)
+            stream = await self._streams.open(request, call.context, call.token_expires_at)
         except Exception as exc:  # noqa: BLE001 - see _failed
             return _failed(request.rpc_id, exc)
         return await stream.serve(http)  # from here on, errors are events of the stream

@@ -36,6 +36,13 @@ class Unauthenticated(Refusal):
     default_reason = "assertion_invalid"
 
 
+class TokenExpired(Unauthenticated):
+    """401: the caller's bearer token is past its `exp` (the assertion's `tok_exp`), so no turn or
+    stream starts on it."""
+
+    default_reason = "token_expired"
+
+
 class BodyTooLarge(Refusal):
     """413: the request body is over the configured cap (refused before it is parsed)."""
 

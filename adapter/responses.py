@@ -20,30 +20,37 @@ from adapter.errors import OverCap, Refusal, Unauthenticated
 from contract.headers import BEARER_CHALLENGE
 
 ORRERY_DOMAIN = "orrery-a2a"
-OVER_CAP_CODE = -32000
+# JSON-RPC's implementation-defined server-error code that A2A (-32001…-32099) leaves us.
+ORRERY_CODE = -32000
 
 
-def over_cap_body(refusal: OverCap) -> dict[str, Any]:
-    """The 429 body: a JSON-RPC error (id null: the body was not read) with ErrorInfo."""
+def orrery_error_body(
+    rpc_id: str | int | None, reason: str, message: str, metadata: dict[str, str]
+) -> dict[str, Any]:
+    """A JSON-RPC error of the edge's own (not one of A2A's): code -32000, `ErrorInfo` in the
+    `orrery-a2a` domain with `reason` as its stable code."""
     return {
         "jsonrpc": "2.0",
-        "id": None,
+        "id": rpc_id,
         "error": {
-            "code": OVER_CAP_CODE,
-            "message": refusal.description,
+            "code": ORRERY_CODE,
+            "message": message,
             "data": [
                 {
                     "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                    "reason": refusal.reason.upper(),
+                    "reason": reason,
                     "domain": ORRERY_DOMAIN,
-                    "metadata": {
-                        "limit": str(refusal.limit),
-                        "retry_after": str(refusal.retry_after),
-                    },
+                    "metadata": metadata,
                 }
             ],
         },
     }
+
+
+def over_cap_body(refusal: OverCap) -> dict[str, Any]:
+    """The 429 body: a JSON-RPC error (id null: the body was not read) with ErrorInfo."""
+    metadata = {"limit": str(refusal.limit), "retry_after": str(refusal.retry_after)}
+    return orrery_error_body(None, refusal.reason.upper(), refusal.description, metadata)
 
 
 def refusal_response(refusal: Refusal) -> web.Response:

@@ -10,8 +10,11 @@ subscribers hear the resumed turn.
 While the stream waits for its next event (a slow turn), a comment `: keep-alive` goes out every
 `ORRERY_A2A_SSE_KEEPALIVE`, so no proxy on the way (Envoy closes a stream silent for 300 s) cuts
 it; SSE clients ignore comments. While the server shuts down (`Drain`), a stream gets a grace
-period to finish, then a final event with the task's current state. The SDK generator is always
-`aclose()`d: client gone, drained, or done.
+period to finish, then a final event with the task's current state. No stream outlives the
+caller's bearer token: at its `exp` (the assertion's `tok_exp`) the stream ends with a final
+`event: error` (`TOKEN_EXPIRED`, domain `orrery-a2a`), and the caller subscribes again with a
+fresh token. The SDK generator is always `aclose()`d: client gone, drained, token expired, or
+done.
 
 The turn a stream watches is not the stream's: it runs on after the client goes or the stream is
 drained, and its in-flight slot is held for as long as it runs (`turns.py`).
@@ -22,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, Literal
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
@@ -41,6 +45,7 @@ from adapter.envelope import (
     success,
     task_result,
 )
+from adapter.responses import orrery_error_body
 from adapter.stores.protocols import INTERRUPTED, TERMINAL
 from runtime import logs
 
@@ -59,6 +64,7 @@ _ENDS = {
 }
 
 Events = AsyncGenerator[Any, None]
+Waited = Literal["event", "drained", "token_expired"]
 
 
 class Drain:
@@ -88,9 +94,12 @@ class Streams:
         self.drain = drain
         self.keepalive = keepalive
 
-    async def open(self, call: Request, context: ServerCallContext) -> OpenStream:
+    async def open(
+        self, call: Request, context: ServerCallContext, token_expires_at: float
+    ) -> OpenStream:
         """The call's stream at its first event; raises the A2A error (or unexpected exception)
-        that came before it, which the dispatcher answers as plain JSON."""
+        that came before it, which the dispatcher answers as plain JSON. The stream ends at
+        `token_expires_at` (epoch seconds) at the latest."""
         if call.method == "SubscribeToTask":
             events: Events = self.handler.on_subscribe_to_task(call.params, context)
         else:
@@ -102,7 +111,7 @@ class Streams:
         except BaseException:
             await events.aclose()
             raise
-        return OpenStream(self, call, context, events, first)
+        return OpenStream(self, call, context, events, first, deadline=token_expires_at)
 
 
 class OpenStream:
@@ -115,8 +124,11 @@ class OpenStream:
         context: ServerCallContext,
         events: Events,
         first: Any,
+        *,
+        deadline: float,
     ) -> None:
         self._streams = streams
+        self._deadline = deadline
         self._rpc_id: RpcId = call.rpc_id
         self._ends_at = _ENDS[call.method]
         self._context = context
@@ -125,7 +137,8 @@ class OpenStream:
         self._response = web.StreamResponse(headers=HEADERS)
 
     async def serve(self, http: web.Request) -> tuple[web.StreamResponse, str]:
-        """The SSE response and its outcome ("ok", "client_gone", "drained" or an error reason)."""
+        """The SSE response and its outcome ("ok", "client_gone", "drained", "token_expired" or
+        an error reason)."""
         outcome = "ok"
         try:
             await self._response.prepare(http)
@@ -151,9 +164,16 @@ class OpenStream:
             if _ends_stream(event, self._ends_at):
                 return "ok"
             pending = asyncio.ensure_future(anext(self._events))
-            if not await self._next_or_keep_alive(pending):
+            waited = await self._next_or_keep_alive(pending)
+            if waited == "drained":
                 await self._snapshot(task_id)
-                return "drained"
+                return waited
+            if waited == "token_expired":
+                message = "the caller's bearer token expired; subscribe again with a new token"
+                await self._write(
+                    orrery_error_body(self._rpc_id, "TOKEN_EXPIRED", message, {}), event="error"
+                )
+                return waited
             try:
                 event = pending.result()
             except StopAsyncIteration:
@@ -164,31 +184,36 @@ class OpenStream:
                 log_internal_error(exc)
                 return await self._fail(InternalError())
 
-    async def _next_or_keep_alive(self, pending: asyncio.Future[Any]) -> bool:
+    async def _next_or_keep_alive(self, pending: asyncio.Future[Any]) -> Waited:
         """Wait for the stream's next event (`pending`), writing a keep-alive comment after each
-        silent interval; False when the shutdown grace expired first.
+        silent interval: "event" once it is there, "drained" when the shutdown grace expired
+        first, "token_expired" when the caller's token did.
 
-        Unless it returns True, `pending` is cancelled and awaited before this returns or raises
-        (client gone, handler cancelled), so the SDK generator is idle when it is `aclose()`d.
+        Unless it returns "event", `pending` is cancelled and awaited before this returns or
+        raises (client gone, handler cancelled), so the SDK generator is idle when it is
+        `aclose()`d.
         """
+        waited: Waited = "token_expired"
         try:
-            while True:
+            while (remaining := self._deadline - time.time()) > 0:
                 done, _ = await asyncio.wait(
                     {pending, self._streams.drain.expired},
-                    timeout=self._streams.keepalive,
+                    timeout=min(self._streams.keepalive, remaining),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if pending in done:
-                    return True
+                    return "event"
                 if done:  # the shutdown grace is over
+                    waited = "drained"
                     break
-                await self._response.write(KEEPALIVE)
+                if time.time() < self._deadline:
+                    await self._response.write(KEEPALIVE)
         finally:
             if not pending.done():
                 pending.cancel()
                 with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
                     await pending
-        return False
+        return waited
 
     async def _snapshot(self, task_id: str) -> None:
         """Send the task as it stands now (a stream's first event, or its last at shutdown)."""
