@@ -6,6 +6,7 @@ Every request gets a fresh `x-request-id` and an `x-orrery-principal` signed for
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -180,6 +181,38 @@ async def running(
 async def server() -> AsyncIterator[Server]:
     async with running() as started:
         yield started
+
+
+def message_params(text: str = "how is checkout?", **fields: Any) -> dict[str, Any]:
+    """`SendMessage` params in JSON form: one user text part, a fresh `messageId` unless `fields`
+    name one."""
+    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
+    return {"message": {**message, **fields}}
+
+
+async def sse_events(response: httpx.Response) -> list[tuple[str, dict[str, Any]]]:
+    """(SSE event name, JSON body) of every event of a streamed response, until it ends."""
+    events: list[tuple[str, dict[str, Any]]] = []
+    name = "message"
+    async for line in response.aiter_lines():
+        if line.startswith("event: "):
+            name = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            events.append((name, json.loads(line.removeprefix("data: "))))
+            name = "message"
+    return events
+
+
+async def followed(
+    client: Client, task_id: str, attached: asyncio.Event
+) -> list[pb.StreamResponse]:
+    """Every event of a SubscribeToTask stream through the a2a-sdk client, until it ends;
+    `attached` is set at the first (the Task: from then on the stream hears the task)."""
+    events = []
+    async for event in client.subscribe(pb.SubscribeToTaskRequest(id=task_id)):
+        events.append(event)
+        attached.set()
+    return events
 
 
 def text_message(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,21 +19,11 @@ import httpx
 import pytest
 
 from tests.adapter.conftest import Server, delegated
+from tests.adapter.conftest import message_params as message
 
 ALICE_BOT = delegated()
 
 Mistake = Callable[[Server], Awaitable[httpx.Response]]
-
-
-def message(text: str = "how is checkout?", **fields: Any) -> dict[str, Any]:
-    return {
-        "message": {
-            "messageId": uuid.uuid4().hex,
-            "role": "ROLE_USER",
-            "parts": [{"text": text}],
-            **fields,
-        }
-    }
 
 
 async def finished_task(server: Server) -> str:

@@ -11,16 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.adapter.conftest import Server, delegated, human
+from tests.adapter.conftest import Server, delegated, human, message_params
 
 ALICE_BOT = delegated()
 SECRET = "db password hunter2 at 10.0.0.7"  # what a gateway's exception may carry
-
-
-def message(text: str, **fields: Any) -> dict[str, Any]:
-    return {
-        "message": {"messageId": text, "role": "ROLE_USER", "parts": [{"text": text}], **fields}
-    }
 
 
 def assert_failed(task: dict[str, Any]) -> None:
@@ -36,7 +30,7 @@ def assert_failed(task: dict[str, Any]) -> None:
 async def test_a_blocking_send_answers_the_failed_task(server: Server) -> None:
     """SendMessage: the result is the task, FAILED, and GetTask finds it just so."""
     server.gateway.error = RuntimeError(SECRET)
-    response = await server.rpc(ALICE_BOT, "SendMessage", message("how is checkout?"))
+    response = await server.rpc(ALICE_BOT, "SendMessage", message_params("how is checkout?"))
     assert "error" not in response.json()
     task = response.json()["result"]["task"]
     assert_failed(task)
@@ -49,7 +43,7 @@ async def test_a_stream_ends_with_the_failure_as_a_status_event(server: Server) 
     """SendStreamingMessage: the Task, then a FAILED status update, then a clean end (no error
     event)."""
     server.gateway.error = RuntimeError(SECRET)
-    response = await server.rpc(ALICE_BOT, "SendStreamingMessage", message("how is search?"))
+    response = await server.rpc(ALICE_BOT, "SendStreamingMessage", message_params("how is search?"))
     assert "event: error" not in response.text
     events = [
         json.loads(line.removeprefix("data: "))["result"]
@@ -64,7 +58,9 @@ async def test_a_stream_ends_with_the_failure_as_a_status_event(server: Server) 
 async def test_a_resumed_turn_that_fails_answers_the_failed_task(server: Server) -> None:
     """The approved action's turn fails in the gateway: the resumed send answers the task,
     FAILED, with its id."""
-    waiting = (await server.rpc(ALICE_BOT, "SendMessage", message("restart checkout"))).json()
+    waiting = (
+        await server.rpc(ALICE_BOT, "SendMessage", message_params("restart checkout"))
+    ).json()
     task = waiting["result"]["task"]
     action_id = next(
         part["data"]["action_id"] for part in task["status"]["message"]["parts"] if "data" in part
@@ -72,7 +68,7 @@ async def test_a_resumed_turn_that_fails_answers_the_failed_task(server: Server)
     async with server.http(human("alice"), "approvals") as http:
         await http.post(f"/approvals/{action_id}", json={"decision": "approve"})
     server.gateway.error = RuntimeError(SECRET)
-    response = await server.rpc(ALICE_BOT, "SendMessage", message("go", taskId=task["id"]))
+    response = await server.rpc(ALICE_BOT, "SendMessage", message_params("go", taskId=task["id"]))
     resumed = response.json()["result"]["task"]
     assert resumed["id"] == task["id"]
     assert_failed(resumed)
@@ -84,7 +80,7 @@ async def test_a_failed_turn_is_logged_by_its_exception_type_only(
 ) -> None:
     """One `gateway_failed` error event names the exception's type; its message is not logged."""
     server.gateway.error = RuntimeError(SECRET)
-    await server.rpc(ALICE_BOT, "SendMessage", message("how is payments?"))
+    await server.rpc(ALICE_BOT, "SendMessage", message_params("how is payments?"))
     failures = [record for record in caplog.records if record.getMessage() == "gateway_failed"]
     assert len(failures) == 1
     assert failures[0].levelname == "ERROR"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,19 +23,11 @@ from tests.adapter.conftest import (
     send,
     text_message,
 )
+from tests.adapter.conftest import (
+    message_params as message,
+)
 
 ALICE_BOT = delegated()
-
-
-def message(text: str = "how is checkout?", **fields: Any) -> dict[str, Any]:
-    return {
-        "message": {
-            "messageId": uuid.uuid4().hex,
-            "role": "ROLE_USER",
-            "parts": [{"text": text}],
-            **fields,
-        }
-    }
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:

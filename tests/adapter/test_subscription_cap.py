@@ -11,14 +11,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.adapter.conftest import Server, assertion_headers, delegated, running
+from tests.adapter.conftest import (
+    Server,
+    assertion_headers,
+    delegated,
+    message_params,
+    running,
+)
 
 ALICE_BOT = delegated("bot", "alice")
 OTHER_BOT = delegated("bot-2", "alice")
@@ -27,14 +32,7 @@ CAP = {"ORRERY_A2A_MAX_SUBSCRIPTIONS": "2"}
 
 async def waiting_task(server: Server, principal: Any = ALICE_BOT) -> str:
     """A task left input-required (its subscription stays open until it ends)."""
-    params = {
-        "message": {
-            "messageId": uuid.uuid4().hex,
-            "role": "ROLE_USER",
-            "parts": [{"text": "restart checkout"}],
-        }
-    }
-    response = await server.rpc(principal, "SendMessage", params)
+    response = await server.rpc(principal, "SendMessage", message_params("restart checkout"))
     return str(response.json()["result"]["task"]["id"])
 
 

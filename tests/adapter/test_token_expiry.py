@@ -10,22 +10,20 @@ starts (401 `token_expired`). The turn a stream watched runs on, like one whose 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-import uuid
 from typing import Any
 
 import httpx
 
-from tests.adapter.conftest import Server, assertion_headers, delegated
+from tests.adapter.conftest import (
+    Server,
+    assertion_headers,
+    delegated,
+    message_params,
+    sse_events,
+)
 
 ALICE_BOT = delegated()
-
-
-def message(text: str) -> dict[str, Any]:
-    return {
-        "message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
-    }
 
 
 async def stream(
@@ -37,20 +35,12 @@ async def stream(
         "A2A-Version": "1.0",
         **assertion_headers(ALICE_BOT, token_expires_at=token_expires_at),
     }
-    events: list[tuple[str, dict[str, Any]]] = []
     async with (
         httpx.AsyncClient(base_url=server.base, timeout=60) as http,
         http.stream("POST", "/a2a", json=body, headers=headers) as response,
     ):
         assert response.status_code == 200
-        name = "message"
-        async for line in response.aiter_lines():
-            if line.startswith("event: "):
-                name = line.removeprefix("event: ")
-            elif line.startswith("data: "):
-                events.append((name, json.loads(line.removeprefix("data: "))))
-                name = "message"
-    return events
+        return await sse_events(response)
 
 
 def token_expired(event: tuple[str, dict[str, Any]]) -> bool:
@@ -62,7 +52,7 @@ def token_expired(event: tuple[str, dict[str, Any]]) -> bool:
 async def test_a_subscription_ends_when_the_token_expires(server: Server) -> None:
     """A subscription to a waiting task, with a token valid for 2 more seconds: the Task, then a
     final TOKEN_EXPIRED error event and the end of the stream; the task waits on."""
-    task = (await server.rpc(ALICE_BOT, "SendMessage", message("restart checkout"))).json()
+    task = (await server.rpc(ALICE_BOT, "SendMessage", message_params("restart checkout"))).json()
     task_id = task["result"]["task"]["id"]
     events = await stream(server, "SubscribeToTask", {"id": task_id}, int(time.time()) + 2)
     assert "task" in events[0][1]["result"]
@@ -79,7 +69,7 @@ async def test_a_turns_stream_ends_when_the_token_expires_and_the_turn_runs_on(
     the turn itself finishes (as for a client that went away)."""
     server.gateway.hold = asyncio.Event()
     events = await stream(
-        server, "SendStreamingMessage", message("how is search?"), int(time.time()) + 2
+        server, "SendStreamingMessage", message_params("how is search?"), int(time.time()) + 2
     )
     assert "task" in events[0][1]["result"] and token_expired(events[-1])
     task_id = events[0][1]["result"]["task"]["id"]
@@ -97,8 +87,8 @@ async def test_an_expired_token_starts_no_turn_and_no_stream(server: Server) -> 
     SendStreamingMessage and SubscribeToTask are refused 401 token_expired; nothing runs."""
     expired = int(time.time()) - 5
     for method, params in (
-        ("SendMessage", message("how is search?")),
-        ("SendStreamingMessage", message("how is search?")),
+        ("SendMessage", message_params("how is search?")),
+        ("SendStreamingMessage", message_params("how is search?")),
         ("SubscribeToTask", {"id": "any"}),
     ):
         headers = {

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,7 +18,7 @@ import httpx
 import pytest
 from a2a.types import a2a_pb2 as pb
 
-from tests.adapter.conftest import send, status_data, text_message
+from tests.adapter.conftest import followed, send, sse_events, status_data, text_message
 from tests.e2e.edge import JSONRPC_HEADERS, Edge, bearer, jsonrpc, unique
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
@@ -28,13 +27,8 @@ SUBSCRIBERS = 3
 
 
 async def _follow(edge: Edge, token: str, task_id: str, attached: asyncio.Event) -> list[Any]:
-    """Every event of a SubscribeToTask stream through the a2a-sdk client, until it ends."""
-    events = []
     async with edge.client(token, streaming=True) as client:
-        async for event in client.subscribe(pb.SubscribeToTaskRequest(id=task_id)):
-            events.append(event)
-            attached.set()
-    return events
+        return await followed(client, task_id, attached)
 
 
 async def _approve_and_resume_while_subscribed(edge: Edge) -> None:
@@ -100,15 +94,9 @@ async def test_a_subscription_ends_when_the_callers_token_expires(edge: Edge) ->
     async with edge.client(edge.token(subject=user, agent=agent)) as client:
         waiting = await send(client, text_message("Restart checkout"))
     short = edge.token(subject=user, agent=agent, lifetime_seconds=3)
-    events: list[tuple[str, dict[str, Any]]] = []
     async with _raw_subscription(edge, short, waiting.id) as response:
         assert response.status_code == 200
-        name = "message"
-        async for line in response.aiter_lines():
-            if line.startswith("event: "):
-                name = line.removeprefix("event: ")
-            elif line.startswith("data: "):
-                events.append((name, json.loads(line.removeprefix("data: "))))
+        events = await sse_events(response)
     assert "task" in events[0][1]["result"]
     name, last = events[-1]
     assert name == "error" and last["error"]["data"][0]["reason"] == "TOKEN_EXPIRED"
