@@ -12,13 +12,14 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.adapter.conftest import Server, delegated
+from tests.adapter.conftest import Server, assertion_headers, delegated
 from tests.adapter.conftest import message_params as message
 
 ALICE_BOT = delegated()
@@ -81,6 +82,22 @@ async def no_assertion(server: Server) -> httpx.Response:
     return await server.rpc(None, "GetTask", {"id": "x"})
 
 
+async def reused_message_id(server: Server) -> httpx.Response:
+    await server.rpc(ALICE_BOT, "SendMessage", message("how is search?", messageId="same"))
+    return await server.rpc(ALICE_BOT, "SendMessage", message("how is payments?", messageId="same"))
+
+
+async def expired_token(server: Server) -> httpx.Response:
+    headers = {
+        "Content-Type": "application/json",
+        "A2A-Version": "1.0",
+        **assertion_headers(ALICE_BOT, token_expires_at=int(time.time()) - 5),
+    }
+    content = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": message()})
+    async with httpx.AsyncClient(base_url=server.base) as http:
+        return await http.post("/a2a", content=content, headers=headers)
+
+
 # Each mistake and the status and JSON-RPC error code (or edge reason) it is answered with.
 MISTAKES: dict[str, tuple[Mistake, int, int | str]] = {
     "message to a finished task": (send_to_finished, 200, -32004),
@@ -115,12 +132,23 @@ MISTAKES: dict[str, tuple[Mistake, int, int | str]] = {
     "not JSON-RPC 2.0": (body(json.dumps({"jsonrpc": "1.0", "id": 1}).encode()), 200, -32600),
     "wrong content type": (body(b"{}", **{"Content-Type": "text/plain"}), 200, -32005),
     "no assertion": (no_assertion, 401, "assertion_invalid"),
+    "a UTF-16 body": (body(b"\xff\xfe" + '{"jsonrpc": "2.0"}'.encode("utf-16-le")), 200, -32700),
+    "a messageId reused for another message": (reused_message_id, 200, -32602),
+    "a token past its exp": (expired_token, 401, "token_expired"),
+    "a notification": (
+        body(json.dumps({"jsonrpc": "2.0", "method": "SendMessage", "params": message()}).encode()),
+        204,
+        "",  # no body: nothing to answer
+    ),
 }
 
 
 def answer(response: httpx.Response) -> int | str:
+    if not response.content:
+        return ""
     body = response.json()
-    return body["error"]["code"] if "jsonrpc" in body else body["error"]
+    code: int | str = body["error"]["code"] if "jsonrpc" in body else body["error"]
+    return code
 
 
 @pytest.mark.parametrize("mistake", MISTAKES.values(), ids=MISTAKES.keys())
