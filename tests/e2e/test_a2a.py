@@ -17,6 +17,7 @@ from a2a.utils.errors import TaskNotFoundError
 from tests.adapter.conftest import reply_text, send, status_data, text_message
 from tests.e2e.conftest import SlowEdge
 from tests.e2e.edge import JSONRPC_HEADERS, Edge, bearer, jsonrpc, message_params, unique
+from tests.e2e.held_gateway import FAIL, SECRET
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
 
@@ -174,3 +175,18 @@ async def test_a_utf16_body_through_envoy_is_a_parse_error(edge: Edge) -> None:
             f"{edge.url}/a2a", content=body, headers={**JSONRPC_HEADERS, **bearer(_agent(edge))}
         )
     assert response.json()["error"]["code"] == -32700
+
+
+async def test_a_failed_gateway_answers_the_failed_task_without_its_internals(
+    slow_edge: SlowEdge,
+) -> None:
+    """A gateway that raises: the blocking send answers its task, FAILED with the adapter's fixed
+    status message; the exception's text reaches neither the answer nor GetTask."""
+    edge, token = slow_edge.edge, _agent(slow_edge.edge)
+    response = await edge.rpc(token, "SendMessage", message_params(FAIL))
+    task = response.json()["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    assert task["status"]["message"]["parts"][0]["text"].startswith("The agent could not finish")
+    stored = await edge.rpc(token, "GetTask", {"id": task["id"]})
+    assert stored.json()["result"]["status"]["state"] == "TASK_STATE_FAILED"
+    assert SECRET not in response.text and SECRET not in stored.text
