@@ -15,7 +15,6 @@ from adapter.gateway import (
     ConfirmationStore,
     GatewayContext,
     Pending,
-    Proposal,
     Reply,
     Specialist,
     Turn,
@@ -67,41 +66,21 @@ def create_with_an_old_store(context: GatewayContext) -> RecordingGateway:
     return RecordingGateway(dataclasses.replace(context, confirmations=old))  # type: ignore[arg-type]
 
 
-class ReplanningGateway:
-    """An agent that changes its plan between the approval and the run: it proposes restarting
-    checkout and, once approved, wants to restart `then` instead (the same tool, other args)."""
+class ReplanningGateway(DemoGateway):
+    """An agent that changes its plan between the approval and the run: it proposes what the
+    demo gateway proposes (restarting the service the message names) and, once approved, wants
+    to restart `then` instead — the same tool, other args."""
 
     def __init__(self, context: GatewayContext, then: str = "payments") -> None:
-        self._confirmations = context.confirmations
-        self._ttl = context.approval_ttl
+        super().__init__(context.confirmations, context.approval_ttl)
         self.then = then
         self.ran: list[tuple[str, dict[str, str]]] = []
 
-    @property
-    def confirmations(self) -> ConfirmationStore:
-        return self._confirmations
-
-    async def inventory(self) -> Sequence[Specialist]:
-        return list(SPECIALISTS)
-
     async def run_in_session(self, turn: Turn) -> Reply | Pending:
         if turn.resume_action_id is None:
-            entry = await self._confirmations.propose(
-                Proposal(
-                    owner=turn.principal.key,
-                    subject=turn.principal.subject,
-                    session_id=turn.session_id,
-                    task_id=turn.task_id,
-                    tool="restart_service",
-                    args={"service": "checkout"},
-                    level="L3",
-                    ttl=self._ttl,
-                    digest=action_digest("restart_service", {"service": "checkout"}),
-                )
-            )
-            return Pending(confirmation=entry, summary="Restart checkout needs approval.")
+            return await super().run_in_session(turn)
         action = ("restart_service", {"service": self.then})
-        outcome = await self._confirmations.consume(
+        outcome = await self.confirmations.consume(
             turn.resume_action_id, owner=turn.principal.key, digest=action_digest(*action)
         )
         if outcome != "approved":
