@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from a2a.server.context import ServerCallContext
@@ -25,8 +26,9 @@ from adapter.dispatch import Dispatcher
 from adapter.executor import GatewayExecutor, TaskContextBuilder
 from adapter.gateway import AgentGateway, GatewayContext, load_gateway
 from adapter.handler import RequestHandler
-from adapter.limits import Limiter, MemoryLimiter, RedisLimiter
+from adapter.limits import IN_FLIGHT, SUBSCRIPTIONS, Cap, Limiter, MemoryLimiter, RedisLimiter
 from adapter.metrics import Metrics
+from adapter.retries import Retries
 from adapter.settings import AdapterSettings
 from adapter.stores import Stores, open_stores
 from adapter.streams import Drain, Streams
@@ -67,10 +69,9 @@ async def make_app(
     Spans go to `tracer_provider`, or to the global one (a no-op unless an OpenTelemetry SDK was
     installed, e.g. by `opentelemetry-instrument`)."""
     stores = await open_stores(settings)
-    limiter: Limiter = (
-        RedisLimiter(settings.redis_url, settings.max_in_flight)
-        if settings.redis_url
-        else MemoryLimiter(settings.max_in_flight)
+    limiters = _Limiters(
+        _limiter(settings, settings.max_in_flight, IN_FLIGHT),
+        _limiter(settings, settings.max_subscriptions, SUBSCRIPTIONS),
     )
     try:
         gateway = await load_gateway(
@@ -78,16 +79,35 @@ async def make_app(
         )
         _check_replicas(settings, gateway)
     except BaseException:
-        await limiter.close()
+        await limiters.close()
         await stores.close()
         raise
     return _assemble(
         settings,
         stores,
-        limiter,
+        limiters,
         gateway,
         trace.get_tracer("adapter", tracer_provider=tracer_provider),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Limiters:
+    turns: Limiter
+    subscriptions: Limiter
+
+    async def close(self) -> None:
+        try:
+            await self.turns.close()
+        finally:
+            await self.subscriptions.close()
+
+
+def _limiter(settings: AdapterSettings, limit: int, cap: Cap) -> Limiter:
+    """Shared through Redis with `ORRERY_A2A_REDIS_URL`, else this process's own."""
+    if settings.redis_url:
+        return RedisLimiter(settings.redis_url, limit, cap)
+    return MemoryLimiter(limit, cap)
 
 
 def _check_replicas(settings: AdapterSettings, gateway: AgentGateway) -> None:
@@ -100,7 +120,7 @@ def _check_replicas(settings: AdapterSettings, gateway: AgentGateway) -> None:
 def _assemble(
     settings: AdapterSettings,
     stores: Stores,
-    limiter: Limiter,
+    limiters: _Limiters,
     gateway: AgentGateway,
     tracer: trace.Tracer,
 ) -> web.Application:
@@ -111,9 +131,10 @@ def _assemble(
         return signer.sign(extended_card(base, await gateway.inventory()))
 
     metrics = Metrics()
-    turns = Turns(limiter, metrics)
+    turns = Turns(limiters.turns, metrics)
     handler = RequestHandler(
         confirmations=gateway.confirmations,
+        retries=Retries(stores.claims, stores.sdk_tasks),
         agent_executor=turns.executor(
             GatewayExecutor(gateway, approvals_base_url(settings.public_url))
         ),
@@ -132,11 +153,12 @@ def _assemble(
         keys=settings.assertion_keys,
         max_body_bytes=settings.max_body_bytes,
         turns=turns,
+        subscriptions=limiters.subscriptions,
         streams=Streams(handler, drain=drain, keepalive=settings.sse_keepalive),
         metrics=metrics,
     )
     approvals = ApprovalsEndpoint(settings.assertion_keys, gateway.confirmations, metrics)
-    probes = _Probes(stores, limiter, metrics)
+    probes = _Probes(stores, limiters, metrics)
 
     app = web.Application(client_max_size=settings.max_body_bytes)
     app[AGENT] = handler
@@ -158,7 +180,7 @@ def _assemble(
 
     async def on_cleanup(_: web.Application) -> None:
         await handler.aclose()
-        await limiter.close()
+        await limiters.close()
         await stores.close()
 
     app.on_shutdown.append(on_shutdown)
@@ -167,9 +189,9 @@ def _assemble(
 
 
 class _Probes:
-    def __init__(self, stores: Stores, limiter: Limiter, metrics: Metrics) -> None:
+    def __init__(self, stores: Stores, limiters: _Limiters, metrics: Metrics) -> None:
         self._stores = stores
-        self._limiter = limiter
+        self._limiters = limiters
         self._metrics = metrics
 
     async def healthz(self, _: web.Request) -> web.StreamResponse:
@@ -180,7 +202,7 @@ class _Probes:
         for name, ping in (
             ("tasks", self._stores.tasks.ping),
             ("approvals", self._stores.confirmations.ping),
-            ("limiter", self._limiter.ping),
+            ("limiter", self._limiters.turns.ping),  # the subscriptions' is the same Redis
         ):
             try:
                 await ping()
@@ -203,7 +225,8 @@ class _Probes:
             logs.event(
                 logger, "metrics_store_unavailable", logging.WARNING, error_type=type(exc).__name__
             )
-        self._metrics.in_flight.set(self._limiter.in_flight())
+        self._metrics.in_flight.set(self._limiters.turns.in_flight())
+        self._metrics.subscriptions.set(self._limiters.subscriptions.in_flight())
         body, content_type = self._metrics.render()
         return web.Response(body=body, headers={"Content-Type": content_type})
 

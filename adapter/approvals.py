@@ -21,7 +21,6 @@ Answers (JSON `{"action_id", "status", "message"}`): 200 approved/denied, 400 ba
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -30,6 +29,7 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from adapter import tracing
+from adapter.envelope import loads_utf8
 from adapter.errors import Refusal
 from adapter.metrics import Metrics
 from adapter.principal import verify_request
@@ -70,9 +70,9 @@ async def _read_decision(request: web.Request) -> Decision:
     if len(body) > MAX_DECISION_BYTES:
         raise Refusal("decision body is too large")
     try:
-        value = json.loads(body)
+        value = loads_utf8(body)
     except (ValueError, RecursionError):
-        raise Refusal("body is not JSON") from None
+        raise Refusal("body is not JSON in UTF-8") from None
     if not isinstance(value, dict) or set(value) != {"decision"}:
         raise Refusal('expected {"decision": "approve" | "deny"}')
     decision = value["decision"]

@@ -9,7 +9,10 @@ Two specialists over a small built-in view of service health:
   service principal never reaches input-required.
 
 Routing is by keyword (the `routing_hint` says which), the same text always gives the same reply,
-and the guarded action only "runs" (a line in the reply) after the gate consumed an approval.
+and the guarded action only "runs" (a line in the reply) after the gate consumed an approval of
+exactly that action. The demo keeps no plan of its own between turns: at the resume, the action
+it runs is the one its proposal recorded (`{verb}_service(service=…)`), so its digest is the
+recorded one; a gateway with a model replans and passes what it would run now.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from adapter.gateway import (
     Reply,
     Specialist,
     Turn,
+    action_digest,
     redact,
 )
 from contract.identity import Principal
@@ -135,16 +139,18 @@ class DemoGateway:
                 f"{turn.principal.autonomy}.",
                 True,
             )
+        tool, args = f"{verb}_service", {"service": service}
         confirmation = await self._confirmations.propose(
             Proposal(
                 owner=turn.principal.key,
                 subject=turn.principal.subject,
                 session_id=turn.session_id,
                 task_id=turn.task_id,
-                tool=f"{verb}_service",
-                args=redact({"service": service, "requested": turn.text}),
+                tool=tool,
+                args=redact(args),
                 level="L3",
                 ttl=self._approval_ttl,
+                digest=action_digest(tool, args),
             )
         )
         return Pending(
@@ -157,7 +163,11 @@ class DemoGateway:
         )
 
     async def _resume(self, turn: Turn, action_id: str) -> Reply | Pending:
-        outcome = await self._confirmations.consume(action_id, owner=turn.principal.key)
+        entry = await self._confirmations.get(action_id, subject=turn.principal.subject)
+        action = action_digest(entry.tool, entry.args) if entry is not None else ""
+        outcome = await self._confirmations.consume(
+            action_id, owner=turn.principal.key, digest=action
+        )
         if outcome == "approved":
             return Reply(f"Approved action {action_id} carried out.")
         if outcome == "pending":
@@ -173,6 +183,7 @@ class DemoGateway:
             "expired": "expired before it was approved",
             "consumed": "was already carried out",
             "withdrawn": "was withdrawn when its task was cancelled",
+            "mismatch": "is not the action that was approved",
             "not_found": "is unknown",
         }
         return Reply(

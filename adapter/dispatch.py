@@ -5,13 +5,17 @@ refused cheapest-first:
 
 1. principal assertion for the `a2a` surface → 401 before anything else runs (even the body read);
 2. body cap (Content-Length, then the bytes actually read) → 413, before parsing;
-3. `Content-Type: application/json` → -32005; JSON → -32700; a single JSON-RPC 2.0 request object
-   (no batches, `id` a string, integer or null) → -32600; a known method → -32601;
+3. `Content-Type: application/json` → -32005; UTF-8 JSON → -32700; a single JSON-RPC 2.0 request
+   object (no batches, `id` a string, integer or null) → -32600; a notification (no `id`) → HTTP
+   204 without a body, nothing run; a known method → -32601;
 4. `A2A-Version` (header, or the `A2A-Version` query parameter): `1.0` (a patch part is ignored);
    absent or empty means 0.3, which this server does not speak → -32009;
 5. lenient params (camelCase or snake_case, unknown fields ignored) → -32602 on a bad shape;
    push-notification methods → -32003 (push is off);
-6. message rules (`messages.py`) and the per-principal in-flight cap (429 + `Retry-After`);
+6. message rules (`messages.py`); for a turn or a stream, a caller's bearer token past its `exp`
+   (the assertion's `tok_exp`) → 401 `token_expired`; the per-principal caps (429 +
+   `Retry-After`): turns in flight for `SendMessage` / `SendStreamingMessage`, open streams for
+   `SubscribeToTask`;
 7. the SDK handler, with `ServerCallContext.user` = the verified principal.
 
 Steps 3 to 5 are the envelope's (`envelope.py`), the cap is `turns.py`'s, and the streaming
@@ -41,6 +45,7 @@ from adapter.envelope import (
     STREAMING,
     TURNS,
     VERSION_HEADER,
+    Notification,
     Request,
     RpcError,
     RpcId,
@@ -52,10 +57,11 @@ from adapter.envelope import (
     result_of,
     success,
 )
-from adapter.errors import BodyTooLarge, Refusal
+from adapter.errors import BodyTooLarge, Refusal, TokenExpired
+from adapter.limits import Limiter
 from adapter.messages import check_message
 from adapter.metrics import Metrics
-from adapter.principal import PrincipalUser, verify_request
+from adapter.principal import PrincipalUser, verify_assertion
 from adapter.responses import refusal_response
 from adapter.streams import Streams, log_internal_error
 from adapter.turns import Turns
@@ -76,6 +82,7 @@ class _Call:
     request: Request
     context: ServerCallContext
     principal: Principal
+    token_expires_at: int  # the caller's bearer token's `exp`: no stream outlives it
 
 
 class Dispatcher:
@@ -88,12 +95,14 @@ class Dispatcher:
         keys: AssertionKeys,
         max_body_bytes: int,
         turns: Turns,
+        subscriptions: Limiter,
         streams: Streams,
         metrics: Metrics,
     ) -> None:
         self._keys = keys
         self._max_body = max_body_bytes
         self._turns = turns
+        self._subscriptions = subscriptions
         self._streams = streams
         self._metrics = metrics
         self._unary: dict[str, Callable[[Any, ServerCallContext], Awaitable[Any]]] = {
@@ -108,12 +117,19 @@ class Dispatcher:
         started = time.perf_counter()
         method, principal = "unknown", None
         try:
-            principal = verify_request(self._keys, http.headers, "a2a")
-            call = await self._parse(http, principal)
+            assertion = verify_assertion(self._keys, http.headers, "a2a")
+            principal = assertion.principal
+            call = await self._parse(http, principal, assertion.token_expires_at)
             method = call.request.method
             response, outcome = await self._serve(http, call)
         except Refusal as refusal:
             response, outcome = refusal_response(refusal), refusal.reason
+        except Notification as notification:  # no reply, nothing run (envelope.py)
+            method, response, outcome = (
+                notification.method,
+                web.Response(status=204),
+                "notification",
+            )
         except RpcError as failed:
             response, outcome = _error(failed.rpc_id, failed.error)
         except A2AError as error:
@@ -128,7 +144,7 @@ class Dispatcher:
         )
         return response
 
-    async def _parse(self, http: web.Request, principal: Principal) -> _Call:
+    async def _parse(self, http: web.Request, principal: Principal, token_expires_at: int) -> _Call:
         body = await self._read_body(http)
         if http.content_type != JSON:
             raise ContentTypeNotSupportedError(message="send Content-Type: application/json")
@@ -141,7 +157,7 @@ class Dispatcher:
             user=PrincipalUser(principal),
             state={"method": request.method, "request_id": request.rpc_id},
         )
-        return _Call(request, context, principal)
+        return _Call(request, context, principal, token_expires_at)
 
     async def _read_body(self, http: web.Request) -> bytes:
         if (http.content_length or 0) > self._max_body:
@@ -152,10 +168,21 @@ class Dispatcher:
             raise _too_large(self._max_body) from None
 
     async def _serve(self, http: web.Request, call: _Call) -> Answer:
-        if call.request.method not in TURNS:
-            return await self._answer(http, call)
-        async with self._turns.admitted(call.principal.key, call.context):  # 429 / 503 refusals
-            return await self._answer(http, call)
+        method = call.request.method
+        if (method in TURNS or method in STREAMING) and time.time() >= call.token_expires_at:
+            raise TokenExpired("the bearer token has expired; no turn or stream starts on it")
+        if method in TURNS:
+            async with self._turns.admitted(call.principal.key, call.context):  # 429 / 503
+                return await self._answer(http, call)
+        if method == "SubscribeToTask":
+            slot = await self._subscriptions.acquire(call.principal.key)  # 429 / 503
+            self._metrics.subscriptions.set(self._subscriptions.in_flight())
+            try:
+                return await self._answer(http, call)
+            finally:
+                await slot.release()
+                self._metrics.subscriptions.set(self._subscriptions.in_flight())
+        return await self._answer(http, call)
 
     async def _answer(self, http: web.Request, call: _Call) -> Answer:
         """The SDK's answer; an error before anything was sent is a JSON-RPC error body."""
@@ -163,7 +190,7 @@ class Dispatcher:
         if request.method not in STREAMING:
             return await self._answer_unary(call)
         try:
-            stream = await self._streams.open(request, call.context)
+            stream = await self._streams.open(request, call.context, call.token_expires_at)
         except Exception as exc:  # noqa: BLE001 - see _failed
             return _failed(request.rpc_id, exc)
         return await stream.serve(http)  # from here on, errors are events of the stream

@@ -1,10 +1,19 @@
 """The A2A 1.0 JSON-RPC envelope: parsing a request and writing its responses, no HTTP in it.
 
 A request body becomes a `Request` (its id, a known method, and params parsed into the method's
-protobuf request) or an A2A error, in the order the dispatcher documents: JSON (-32700) → one
-JSON-RPC 2.0 request object (no batches, `id` a string, integer or null; -32600) → a known method
-(-32601) → `A2A-Version` (-32009) → push methods (-32003) → params (-32602). Once the id is known,
-an error is raised as `RpcError`, so its answer carries that id.
+protobuf request) or an A2A error, in the order the dispatcher documents: UTF-8 JSON (-32700) →
+one JSON-RPC 2.0 request object (no batches, `id` a string, integer or null; -32600) → a
+notification (no `id`: `Notification`, answered with nothing) → a known method (-32601) →
+`A2A-Version` (-32009) → push methods (-32003) → params (-32602). Once the id is known, an error
+is raised as `RpcError`, so its answer carries that id.
+
+JSON on the wire is UTF-8 (RFC 8259 §8.1): a body in any other encoding is a parse error, never
+decoded by guesswork (the standard library's `json.loads` on bytes would detect UTF-16 and 32); a
+UTF-8 byte order mark, which a sender MUST NOT add and a parser MAY ignore, is ignored.
+
+A request without `id` is a notification (JSON-RPC 2.0 §4.1: "The Server MUST NOT reply to a
+Notification"). Every A2A method is a request whose answer the caller needs (A2A §9.3), so a
+notification runs nothing, whatever method it names.
 
 Params are lenient (camelCase or snake_case, unknown fields ignored). Every error body carries
 `error.data` = `[google.rpc.ErrorInfo, …]` with a string-only `metadata` map.
@@ -12,6 +21,7 @@ Params are lenient (camelCase or snake_case, unknown fields ignored). Every erro
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -71,6 +81,14 @@ class Request:
     params: Any
 
 
+class Notification(Exception):
+    """A request object without `id`: JSON-RPC 2.0 §4.1 forbids any reply, so nothing runs."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__(method)
+        self.method = method
+
+
 class RpcError(Exception):
     """An A2A error that answers a request whose id is already known."""
 
@@ -102,11 +120,19 @@ def parse_request(body: bytes, version: str) -> Request:
         return Request(rpc_id, method, _parse_params(method, raw_params))
 
 
+def loads_utf8(body: bytes) -> Any:
+    """The JSON value of a UTF-8 body (a leading byte order mark ignored); raises ValueError for
+    any other encoding or invalid JSON, RecursionError for nesting past the parser's stack."""
+    if body.startswith(codecs.BOM_UTF8):
+        body = body[len(codecs.BOM_UTF8) :]
+    return json.loads(body.decode("utf-8"))  # strict: UnicodeDecodeError is a ValueError
+
+
 def _envelope(body: bytes) -> tuple[RpcId, str, Any]:
     try:
-        value = json.loads(body)
+        value = loads_utf8(body)
     except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
-        raise JSONParseError() from None
+        raise JSONParseError(message="the body is not JSON in UTF-8 (RFC 8259)") from None
     if isinstance(value, list):
         raise InvalidRequestError(message="batch requests are not supported")
     if not isinstance(value, dict) or value.get("jsonrpc") != "2.0":
@@ -117,6 +143,8 @@ def _envelope(body: bytes) -> tuple[RpcId, str, Any]:
     method = value.get("method")
     if not isinstance(method, str) or not method:
         raise RpcError(rpc_id, InvalidRequestError(message="method is required"))
+    if "id" not in value:
+        raise Notification(method)
     return rpc_id, method, value.get("params", {})
 
 

@@ -4,8 +4,8 @@ Two kinds of refusal leave the adapter:
 
 * HTTP-level refusals (`Refusal`): a status, a stable reason code and a safe description, answered
   before any JSON-RPC processing (a bad principal assertion, a body over the cap, too many turns in
-  flight, a bad approval request). The reason code is the same in the response body, the log event
-  and the `outcome` label of the metrics.
+  flight or subscriptions open, a bad approval request). The reason code is the same in the
+  response body, the log event and the `outcome` label of the metrics.
 * JSON-RPC errors are the a2a-sdk's `A2AError` classes (spec codes -32001…-32009 and the JSON-RPC
   standard ones); `jsonrpc.error_body` renders both with `google.rpc.ErrorInfo` data.
 
@@ -36,6 +36,13 @@ class Unauthenticated(Refusal):
     default_reason = "assertion_invalid"
 
 
+class TokenExpired(Unauthenticated):
+    """401: the caller's bearer token is past its `exp` (the assertion's `tok_exp`), so no turn or
+    stream starts on it."""
+
+    default_reason = "token_expired"
+
+
 class BodyTooLarge(Refusal):
     """413: the request body is over the configured cap (refused before it is parsed)."""
 
@@ -43,11 +50,10 @@ class BodyTooLarge(Refusal):
     default_reason = "body_too_large"
 
 
-class TooManyInFlight(Refusal):
-    """429: the principal already has its maximum number of turns running."""
+class OverCap(Refusal):
+    """429: the principal already holds as many of something as its cap allows."""
 
     status = 429
-    default_reason = "too_many_in_flight"
 
     def __init__(self, description: str, *, retry_after: int, limit: int) -> None:
         super().__init__(description)
@@ -55,8 +61,21 @@ class TooManyInFlight(Refusal):
         self.limit = limit
 
 
+class TooManyInFlight(OverCap):
+    """429: the principal already has its maximum number of turns running."""
+
+    default_reason = "too_many_in_flight"
+
+
+class TooManySubscriptions(OverCap):
+    """429: the principal already has its maximum number of `SubscribeToTask` streams open."""
+
+    default_reason = "too_many_subscriptions"
+
+
 class LimiterUnavailable(Refusal):
-    """503: the shared in-flight counter (Redis) cannot be reached; fail closed."""
+    """503: a shared counter (Redis: turns in flight, open subscriptions) cannot be reached; fail
+    closed."""
 
     status = 503
     default_reason = "limiter_unavailable"

@@ -7,7 +7,11 @@ For each message the executor derives the session id from the verified principal
   (or `TASK_STATE_REJECTED` with the text as the status message when the gateway refused);
 * a `Pending` guarded action → `TASK_STATE_INPUT_REQUIRED` with a status message holding a text
   part and the data part `{action_id, tool, args, level, expires_at, approve_url}` (args redacted
-  here again, whatever the gateway did).
+  here again, whatever the gateway did);
+* a gateway that raises → `TASK_STATE_FAILED` with a fixed status message: a failed turn is a task
+  result (spec 3.2.2: a blocking send answers the task in its terminal state), so the caller
+  learns which task failed; the exception is logged by its type only (its message can carry
+  internals) and never leaves the server.
 
 A follow-up message on an input-required task resumes the turn: the action id comes from the
 *stored* task status (server data), never from the message, and the message text — whatever it
@@ -16,11 +20,13 @@ says — is not a decision. Intermediate gateway events never leave the server.
 `TaskContextBuilder` fixes an a2a-sdk gap
 (docs/a2a-notes.md#a-follow-up-naming-only-taskid-gets-a-new-contextid): a follow-up that names
 only `taskId` gets the task's `contextId` (the SDK would invent a new one and then fail the turn
-with -32602).
+with -32602). It also gives a new task the id its first message was claimed for (`retries.py`),
+so a retry of that message finds it.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -34,8 +40,17 @@ from google.protobuf import struct_pb2, timestamp_pb2
 from adapter.gateway import AgentGateway, Pending, Reply, Turn, redact
 from adapter.messages import check_message
 from adapter.principal import principal_of
+from adapter.retries import new_task_id
 from adapter.sessions import session_id
 from adapter.stores.protocols import TERMINAL, SdkTaskStore, read_task
+from runtime import logs
+
+logger = logging.getLogger("adapter.executor")
+
+FAILED_TEXT = (
+    "The agent could not finish this turn, and this task has failed; nothing more will happen "
+    "on it. Send the message again as a new task to retry."
+)
 
 
 def _status(state: int, message: pb.Message | None = None) -> pb.TaskStatus:
@@ -61,6 +76,13 @@ def _data_part(value: dict[str, Any]) -> pb.Part:
     data = struct_pb2.Value()
     data.struct_value.update(value)
     return pb.Part(data=data, media_type="application/json")
+
+
+def _failed(task_id: str, context_id: str) -> pb.TaskStatusUpdateEvent:
+    message = _agent_message(task_id, context_id, [pb.Part(text=FAILED_TEXT)])
+    return pb.TaskStatusUpdateEvent(
+        task_id=task_id, context_id=context_id, status=_status(pb.TASK_STATE_FAILED, message)
+    )
 
 
 def pending_action_id(task: pb.Task | None) -> str | None:
@@ -102,15 +124,27 @@ class GatewayExecutor(AgentExecutor):
         elif task.status.state in TERMINAL:
             # Another replica may have finished it while this one kept it parked.
             raise UnsupportedOperationError(message=f"Task {task_id} is in a terminal state")
-        outcome = await self._gateway.run_in_session(
-            Turn(
-                session_id=session_id(principal.key, context_id),
-                principal=principal,
-                text=text,
-                task_id=task_id,
-                resume_action_id=pending_action_id(task),
-            )
+        turn = Turn(
+            session_id=session_id(principal.key, context_id),
+            principal=principal,
+            text=text,
+            task_id=task_id,
+            message_id=message.message_id,
+            context_id=context_id,
+            resume_action_id=pending_action_id(task),
         )
+        try:
+            outcome = await self._gateway.run_in_session(turn)
+        except Exception as exc:  # noqa: BLE001 - any gateway failure fails the task, never the server
+            logs.event(
+                logger,
+                "gateway_failed",
+                logging.ERROR,
+                task_id=task_id,
+                error_type=type(exc).__name__,
+            )
+            await event_queue.enqueue_event(_failed(task_id, context_id))
+            return
         for event in self._events(outcome, task_id, context_id):
             await event_queue.enqueue_event(event)
 
@@ -157,7 +191,8 @@ class GatewayExecutor(AgentExecutor):
 
 
 class TaskContextBuilder(RequestContextBuilder):
-    """Builds the turn's `RequestContext`, inferring `contextId` from the task (spec §3.4.3)."""
+    """Builds the turn's `RequestContext`: `contextId` inferred from the task (spec §3.4.3), a new
+    task's id the one its message was claimed for."""
 
     def __init__(self, task_store: SdkTaskStore) -> None:
         self._task_store = task_store
@@ -174,6 +209,8 @@ class TaskContextBuilder(RequestContextBuilder):
             stored = await read_task(self._task_store, task_id, context)  # owner-scoped
             if stored is not None:
                 context_id = stored.context_id
+        if not task_id:
+            task_id = new_task_id(context)
         return RequestContext(
             call_context=context,
             request=params,

@@ -4,7 +4,10 @@
 inventory of specialists (the extended card is built from it, so it cannot drift) and one call per
 turn that answers either a final `Reply` or a `Pending` guarded action that a human must approve.
 Approvals live in a `ConfirmationStore` the gateway exposes; the `/approvals` endpoint decides
-through it, and the gate inside `run_in_session` consumes a decision exactly once.
+through it, and the gate inside `run_in_session` consumes a decision exactly once — for exactly
+the action the person was shown: a `Proposal` carries the `action_digest` of the exact action
+(tool and unredacted args), and `consume` takes the digest of the action about to run, answering
+`mismatch` (nothing consumed, nothing may run) when the plan changed in between.
 
 `ORRERY_A2A_GATEWAY=module:factory` loads another implementation: `factory(GatewayContext)` returns
 the gateway (or an awaitable of it). The default is `adapter.demo_gateway:create`.
@@ -32,6 +35,7 @@ from adapter.stores.protocols import (
     GateOutcome,
     Proposal,
     Status,
+    action_digest,
 )
 from contract.identity import Principal
 
@@ -51,6 +55,7 @@ __all__ = [
     "Specialist",
     "Status",
     "Turn",
+    "action_digest",
     "load_gateway",
     "redact",
 ]
@@ -71,12 +76,20 @@ class Specialist:
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    """One user message for one conversation (session) of one principal."""
+    """One user message for one conversation (session) of one principal.
+
+    The gateway gets the message's text, never its raw parts (the message rules let only text
+    through), with the ids a real gateway needs: the caller's `message_id` (a retried send of it
+    never reaches the gateway again: the adapter answers it, see `retries.py`), and the `task_id`
+    and `context_id` of the task the message runs in, as the caller sees them.
+    """
 
     session_id: str
     principal: Principal
     text: str
     task_id: str
+    message_id: str
+    context_id: str
     # Set when the task waits on a guarded action: the server-stored id from its status, never a
     # value the client sent.
     resume_action_id: str | None = None

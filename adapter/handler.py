@@ -1,31 +1,118 @@
-"""The a2a-sdk request handler plus the one thing Orrery adds to it: cancelling a task that waits
-on a human approval withdraws that approval.
+"""The a2a-sdk request handler plus what Orrery adds to it.
 
-Without this, a task cancelled while input-required left its guarded action pending: the human
-could still "approve" it and be told the agent continues, though a cancelled task never resumes.
-Now the action becomes `withdrawn` in the confirmation store (shared between replicas when the
-store is), a later decision is answered 409 `withdrawn`, and the gate never runs it.
+* Cancelling a task that waits on a human approval withdraws that approval. Without this, a task
+  cancelled while input-required left its guarded action pending: the human could still
+  "approve" it and be told the agent continues, though a cancelled task never resumes. Now the
+  action becomes `withdrawn` in the confirmation store (shared between replicas when the store
+  is), a later decision is answered 409 `withdrawn`, and the gate never runs it.
+* `SubscribeToTask` with shared stores (PostgreSQL) is the stored snapshot, then the task's
+  events from the shared event log, until the task is terminal — on every replica, whichever runs
+  the task's turns. The SDK taps its in-memory task on the replica that holds it and tails the
+  log elsewhere, and ends the tail at an interrupted state: a subscriber on the replica where a
+  task was parked never heard a resume that ran on another one, and no remote subscriber heard
+  the end of a task that waited for input.
+* A send of a message seen before (by `messageId`, `retries.py`) runs nothing: it is answered
+  with the task of the first send, once that turn is over. A stream of it is that task's snapshot
+  now (if its turn still runs), then the task once the turn is over.
+* A message to a finished task is refused (-32004) before the SDK is asked to run it. The SDK
+  would first build an `ActiveTask` for it — two event queues, each with a dispatcher task — and
+  then abandon it when it finds the task terminal; the garbage collector reports each abandoned
+  task as an asyncio error ("Task was destroyed but it is pending!"), so a client's mistake
+  paged people.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 
+from a2a.server.cluster.event_stream import TaskEventStream
+from a2a.server.cluster.task_store import VersionedTaskStore
 from a2a.server.context import ServerCallContext
-from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.events import Event
+from a2a.server.request_handlers import DefaultRequestHandler, validate_request_params
 from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import TaskNotFoundError
+from a2a.utils.task import apply_history_length
 
 from adapter.executor import pending_action_id
 from adapter.principal import owner_of
-from adapter.stores.protocols import ConfirmationStore, read_task
+from adapter.retries import Retries, refuse_terminal
+from adapter.stores.protocols import TERMINAL, ConfirmationStore, read_task
 
 
 class RequestHandler(DefaultRequestHandler):
-    """`DefaultRequestHandler` whose `CancelTask` also withdraws the action the task waited on."""
+    """`DefaultRequestHandler` with the additions in the module docstring."""
 
-    def __init__(self, *, confirmations: ConfirmationStore, **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(
+        self,
+        *,
+        confirmations: ConfirmationStore,
+        retries: Retries,
+        event_stream: TaskEventStream | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(event_stream=event_stream, **options)
         self._confirmations = confirmations
+        self._retries = retries
+        self._shared_events = event_stream
+
+    async def on_message_send(
+        self, params: pb.SendMessageRequest, context: ServerCallContext
+    ) -> pb.Task | pb.Message:
+        wait = not params.configuration.return_immediately
+        while (retry := await self._retries.admit(params.message, context)) is not None:
+            task = await self._retries.answer(retry, context, wait=wait)
+            if task is not None:
+                return apply_history_length(task, params.configuration)
+        try:
+            result: pb.Task | pb.Message = await super().on_message_send(params, context)
+        except Exception:
+            await self._retries.first_failed(params.message, context)
+            raise
+        return result
+
+    async def on_message_send_stream(
+        self, params: pb.SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        shown = False
+        while (retry := await self._retries.admit(params.message, context)) is not None:
+            if not shown and (now := await self._retries.running(retry, context)) is not None:
+                yield apply_history_length(now, params.configuration)  # the stream's first event
+                shown = True
+            task = await self._retries.answer(retry, context)
+            if task is not None:
+                yield apply_history_length(task, params.configuration)
+                return
+        try:
+            async with aclosing(super().on_message_send_stream(params, context)) as events:
+                async for event in events:
+                    yield event
+        except Exception:
+            await self._retries.first_failed(params.message, context)
+            raise
+
+    @validate_request_params
+    async def on_subscribe_to_task(
+        self, params: pb.SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        store = self.task_store
+        if self._shared_events is None or not isinstance(store, VersionedTaskStore):
+            async with aclosing(super().on_subscribe_to_task(params, context)) as local:
+                async for event in local:
+                    yield event
+            return
+        stored = await store.get(params.id, context)  # owner-scoped
+        if stored is None:
+            raise TaskNotFoundError
+        refuse_terminal(stored.task)
+        yield stored.task
+        async with aclosing(self._shared_events.subscribe(params.id, after=stored.version)) as log:
+            async for versioned in log:
+                yield versioned.event
+                if _ends_task(versioned.event):
+                    return
 
     async def on_cancel_task(
         self, params: pb.CancelTaskRequest, context: ServerCallContext
@@ -37,3 +124,11 @@ class RequestHandler(DefaultRequestHandler):
         if waiting is not None and task is not None and task.status.state == pb.TASK_STATE_CANCELED:
             await self._confirmations.withdraw(waiting, owner=owner_of(context))
         return task
+
+
+def _ends_task(event: Event) -> bool:
+    if isinstance(event, pb.Message):
+        return True
+    return isinstance(event, pb.Task | pb.TaskStatusUpdateEvent) and (
+        event.status.state in TERMINAL
+    )

@@ -1,8 +1,11 @@
-"""The per-principal cap on turns in flight (`ORRERY_A2A_MAX_IN_FLIGHT`, default 4).
+"""Per-principal caps: turns in flight (`ORRERY_A2A_MAX_IN_FLIGHT`, default 4) and open
+`SubscribeToTask` streams (`ORRERY_A2A_MAX_SUBSCRIPTIONS`, default 8).
 
 A turn holds a `Slot` from the moment its request is accepted until it is over, even when it runs on
-after its response (`turns.py` owns the slot). Over the cap the request is answered 429 with
-`Retry-After` before anything runs.
+after its response (`turns.py` owns the slot); a subscription holds one while its stream is open (a
+subscription to a waiting task lasts as long as the task waits, and with shared stores polls
+PostgreSQL meanwhile). Over a cap the request is answered 429 with `Retry-After` before anything
+runs. Each `Limiter` counts one `Cap`.
 
 In memory by default (per replica). With `ORRERY_A2A_REDIS_URL` the count is shared: each slot is
 a member of a per-principal sorted set scored by its lease deadline (Redis server time). A replica
@@ -18,19 +21,51 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from redis.exceptions import RedisError
 
-from adapter.errors import LimiterUnavailable, TooManyInFlight
+from adapter.errors import LimiterUnavailable, OverCap, TooManyInFlight, TooManySubscriptions
 from runtime import logs
 
 logger = logging.getLogger("adapter.limits")
 
-RETRY_AFTER_SECONDS = 1
 LEASE_SECONDS = 30
-KEY_PREFIX = "orrery:a2a:inflight:"
 _REDIS_ERRORS = (RedisError, OSError, TimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class Cap:
+    """What a limiter counts, and how it refuses one too many."""
+
+    name: str  # for logs and the unavailable message
+    key_prefix: str  # of the per-principal sorted set in Redis
+    retry_after: int  # seconds, in the 429's `Retry-After`
+    refusal: type[OverCap]
+    message: str  # with `{limit}`
+
+    def over(self, limit: int) -> OverCap:
+        return self.refusal(
+            self.message.format(limit=limit), retry_after=self.retry_after, limit=limit
+        )
+
+
+IN_FLIGHT = Cap(
+    "in-flight",
+    "orrery:a2a:inflight:",
+    1,
+    TooManyInFlight,
+    "at most {limit} turns may be in flight per principal; retry when one finishes",
+)
+# A subscription lasts as long as its task waits: retrying every second would only poll.
+SUBSCRIPTIONS = Cap(
+    "subscription",
+    "orrery:a2a:subscriptions:",
+    5,
+    TooManySubscriptions,
+    "at most {limit} SubscribeToTask streams may be open per principal; close one first",
+)
 
 
 class Slot:
@@ -59,26 +94,19 @@ class Limiter(Protocol):
     async def close(self) -> None: ...
 
 
-def _over(limit: int) -> TooManyInFlight:
-    return TooManyInFlight(
-        f"at most {limit} turns may be in flight per principal; retry when one finishes",
-        retry_after=RETRY_AFTER_SECONDS,
-        limit=limit,
-    )
-
-
 class MemoryLimiter:
     """Per-process counts."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, cap: Cap = IN_FLIGHT) -> None:
         self._limit = limit
+        self._cap = cap
         self._counts: dict[str, int] = {}
         self._total = 0
 
     async def acquire(self, principal_key: str) -> Slot:
         count = self._counts.get(principal_key, 0)
         if count >= self._limit:
-            raise _over(self._limit)
+            raise self._cap.over(self._limit)
         self._counts[principal_key] = count + 1
         self._total += 1
 
@@ -127,11 +155,14 @@ return #KEYS
 class RedisLimiter:
     """Counts shared by every replica through Redis, with leases (see the module docstring)."""
 
-    def __init__(self, url: str, limit: int, *, lease: float = LEASE_SECONDS) -> None:
+    def __init__(
+        self, url: str, limit: int, cap: Cap = IN_FLIGHT, *, lease: float = LEASE_SECONDS
+    ) -> None:
         import redis.asyncio as aioredis
 
         self._redis = aioredis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
         self._limit = limit
+        self._cap = cap
         self._lease = lease
         self._acquire = self._redis.register_script(_ACQUIRE)
         self._renew = self._redis.register_script(_RENEW)
@@ -139,15 +170,21 @@ class RedisLimiter:
         self._renewer: asyncio.Task[None] | None = None
 
     async def acquire(self, principal_key: str) -> Slot:
-        key = KEY_PREFIX + principal_key
+        key = self._cap.key_prefix + principal_key
         slot_id = secrets.token_hex(12)
         try:
             granted = await self._acquire(keys=[key], args=[self._limit, self._lease, slot_id])
         except _REDIS_ERRORS as exc:  # fail closed
-            logs.event(logger, "limiter_unavailable", logging.ERROR, error_type=type(exc).__name__)
-            raise LimiterUnavailable("the in-flight limiter is unavailable") from None
+            logs.event(
+                logger,
+                "limiter_unavailable",
+                logging.ERROR,
+                limiter=self._cap.name,
+                error_type=type(exc).__name__,
+            )
+            raise LimiterUnavailable(f"the {self._cap.name} limiter is unavailable") from None
         if not granted:
-            raise _over(self._limit)
+            raise self._cap.over(self._limit)
         self._held[slot_id] = key
         if self._renewer is None or self._renewer.done():
             self._renewer = asyncio.create_task(self._renew_forever(), name="inflight-renew")

@@ -5,6 +5,7 @@
   as `TASK_NOT_FOUND`).
 * `orrery_a2a_request_seconds{method}` — handling time (for a stream, until it ends).
 * `orrery_a2a_turns_in_flight` — turns holding an in-flight slot in this process.
+* `orrery_a2a_subscriptions_open` — `SubscribeToTask` streams open in this process.
 * `orrery_a2a_tasks_stored` — tasks in the task store (all owners), read at scrape time.
 """
 
@@ -33,6 +34,11 @@ class Metrics:
         self.in_flight = Gauge(
             "orrery_a2a_turns_in_flight",
             "Turns holding an in-flight slot in this process.",
+            registry=self.registry,
+        )
+        self.subscriptions = Gauge(
+            "orrery_a2a_subscriptions_open",
+            "SubscribeToTask streams open in this process.",
             registry=self.registry,
         )
         self.tasks_stored = Gauge(

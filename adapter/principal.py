@@ -18,7 +18,7 @@ from a2a.server.context import ServerCallContext
 from multidict import CIMultiDictProxy
 
 from adapter.errors import Unauthenticated
-from contract.assertion import AssertionKeys, verify
+from contract.assertion import Assertion, AssertionKeys, verify
 from contract.errors import InvalidAssertion
 from contract.headers import PRINCIPAL_HEADER, REQUEST_ID_HEADER
 from contract.identity import Principal, Surface
@@ -49,19 +49,24 @@ def _single(headers: CIMultiDictProxy[str], name: str) -> str | None:
     return values[0]
 
 
+def verify_assertion(
+    keys: AssertionKeys, headers: CIMultiDictProxy[str], surface: Surface
+) -> Assertion:
+    """The request's verified assertion (its principal, and when the caller's bearer token
+    expires), or `Unauthenticated` (401) with a stable reason."""
+    assertion = _single(headers, PRINCIPAL_HEADER)
+    request_id = _single(headers, REQUEST_ID_HEADER)
+    try:
+        return verify(keys, assertion, request_id=request_id, surface=surface, now=int(time.time()))
+    except InvalidAssertion as exc:  # the contract's reason code becomes this refusal's
+        raise Unauthenticated(exc.description, reason=exc.reason) from None
+
+
 def verify_request(
     keys: AssertionKeys, headers: CIMultiDictProxy[str], surface: Surface
 ) -> Principal:
     """Return the request's principal or raise `Unauthenticated` (401) with a stable reason."""
-    assertion = _single(headers, PRINCIPAL_HEADER)
-    request_id = _single(headers, REQUEST_ID_HEADER)
-    try:
-        verified = verify(
-            keys, assertion, request_id=request_id, surface=surface, now=int(time.time())
-        )
-    except InvalidAssertion as exc:  # the contract's reason code becomes this refusal's
-        raise Unauthenticated(exc.description, reason=exc.reason) from None
-    return verified.principal
+    return verify_assertion(keys, headers, surface).principal
 
 
 def owner_of(context: ServerCallContext) -> str:

@@ -2,9 +2,10 @@
 
 * 401: `{"error": "<reason>", "error_description": "…"}` with `WWW-Authenticate: Bearer
   realm="orrery-a2a"` (docs/contract.md#headers), for a missing/invalid assertion on any surface;
-* 429: `Retry-After` and a JSON-RPC error body (docs/contract.md#turns-in-flight), id null because
-  the body was not read, code -32000 (JSON-RPC's implementation-defined server-error range, outside
-  A2A's -32001…-32009), `ErrorInfo{reason: TOO_MANY_IN_FLIGHT, domain: orrery-a2a}`;
+* 429 (a per-principal cap: turns in flight, open subscriptions): `Retry-After` and a JSON-RPC
+  error body (docs/contract.md#turns-in-flight), id null because the body was not read, code
+  -32000 (JSON-RPC's implementation-defined server-error range, outside A2A's -32001…-32009),
+  `ErrorInfo{reason: TOO_MANY_IN_FLIGHT | TOO_MANY_SUBSCRIPTIONS, domain: orrery-a2a}`;
 * anything else (413, 503): `{"error", "error_description"}`.
 """
 
@@ -15,42 +16,49 @@ from typing import Any
 
 from aiohttp import web
 
-from adapter.errors import Refusal, TooManyInFlight, Unauthenticated
+from adapter.errors import OverCap, Refusal, Unauthenticated
 from contract.headers import BEARER_CHALLENGE
 
 ORRERY_DOMAIN = "orrery-a2a"
-TOO_MANY_IN_FLIGHT_CODE = -32000
+# JSON-RPC's implementation-defined server-error code that A2A (-32001…-32099) leaves us.
+ORRERY_CODE = -32000
 
 
-def too_many_in_flight_body(refusal: TooManyInFlight) -> dict[str, Any]:
-    """The 429 body: a JSON-RPC error (id null: the body was not read) with ErrorInfo."""
+def orrery_error_body(
+    rpc_id: str | int | None, reason: str, message: str, metadata: dict[str, str]
+) -> dict[str, Any]:
+    """A JSON-RPC error of the edge's own (not one of A2A's): code -32000, `ErrorInfo` in the
+    `orrery-a2a` domain with `reason` as its stable code."""
     return {
         "jsonrpc": "2.0",
-        "id": None,
+        "id": rpc_id,
         "error": {
-            "code": TOO_MANY_IN_FLIGHT_CODE,
-            "message": refusal.description,
+            "code": ORRERY_CODE,
+            "message": message,
             "data": [
                 {
                     "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                    "reason": "TOO_MANY_IN_FLIGHT",
+                    "reason": reason,
                     "domain": ORRERY_DOMAIN,
-                    "metadata": {
-                        "limit": str(refusal.limit),
-                        "retry_after": str(refusal.retry_after),
-                    },
+                    "metadata": metadata,
                 }
             ],
         },
     }
 
 
+def over_cap_body(refusal: OverCap) -> dict[str, Any]:
+    """The 429 body: a JSON-RPC error (id null: the body was not read) with ErrorInfo."""
+    metadata = {"limit": str(refusal.limit), "retry_after": str(refusal.retry_after)}
+    return orrery_error_body(None, refusal.reason.upper(), refusal.description, metadata)
+
+
 def refusal_response(refusal: Refusal) -> web.Response:
     """HTTP-level refusals: 401 with a Bearer challenge, 429 with Retry-After, others as JSON."""
     headers: dict[str, str] = {}
-    if isinstance(refusal, TooManyInFlight):
+    if isinstance(refusal, OverCap):
         headers["Retry-After"] = str(refusal.retry_after)
-        body: dict[str, Any] = too_many_in_flight_body(refusal)
+        body: dict[str, Any] = over_cap_body(refusal)
     else:
         body = {"error": refusal.reason, "error_description": refusal.description}
         if isinstance(refusal, Unauthenticated):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from adapter.card_signing import CardSigningKey, parse_key_files
+from adapter.messages import MAX_BODY_BYTES
 from contract.assertion import AssertionKeys
 from contract.identity import DEFAULT_ROLE_AUTONOMY, parse_role_autonomy
 from runtime.env import EnvReader, is_loopback_url
@@ -145,6 +146,7 @@ class AdapterSettings:
     assertion_keys: AssertionKeys
     public_url: str
     max_in_flight: int
+    max_subscriptions: int
     redis_url: str | None
     gateway: str | None
     database_url: str | None
@@ -189,6 +191,9 @@ class AdapterSettings:
                 "ORRERY_A2A_PUBLIC_URL", DEFAULT_PUBLIC_URL, _public_url, DEFAULT_PUBLIC_URL
             ),
             max_in_flight=reader.integer("ORRERY_A2A_MAX_IN_FLIGHT", 4, minimum=1, maximum=1000),
+            max_subscriptions=reader.integer(
+                "ORRERY_A2A_MAX_SUBSCRIPTIONS", 8, minimum=1, maximum=1000
+            ),
             redis_url=redis_url,
             gateway=gateway,
             database_url=database_url,
@@ -196,8 +201,12 @@ class AdapterSettings:
                 "ORRERY_A2A_DB_SCHEMA", DEFAULT_SCHEMA, _schema, DEFAULT_SCHEMA
             ),
             multi_replica=multi_replica,
+            # Never below the body of the longest legal message in the worst escaping.
             max_body_bytes=reader.integer(
-                "ORRERY_A2A_MAX_BODY_BYTES", 131072, minimum=1024, maximum=16 * 1024 * 1024
+                "ORRERY_A2A_MAX_BODY_BYTES",
+                MAX_BODY_BYTES,
+                minimum=MAX_BODY_BYTES,
+                maximum=16 * 1024 * 1024,
             ),
             approval_ttl=reader.seconds("ORRERY_A2A_APPROVAL_TTL", "15m", minimum=1.0),
             task_idle_ttl=reader.seconds("ORRERY_A2A_TASK_IDLE_TTL", "1h", minimum=1.0),

@@ -3,12 +3,18 @@
 An error before the first event is raised to the dispatcher (`Streams.open`), which answers it as
 plain JSON. After it (`OpenStream.serve`), the answer is `text/event-stream`: one full JSON-RPC
 response per `data:` event, the Task first (a follow-up's stream leads with the task's snapshot,
-spec 3.1.2), closed at a terminal or interrupted state; a mid-stream error is an `event: error`.
+spec 3.1.2); a mid-stream error is an `event: error`. A turn's stream (`SendStreamingMessage`)
+ends with the turn, at a terminal or interrupted state; a subscription (`SubscribeToTask`)
+follows the task to its end (spec 3.1.6): it stays open while the task waits for input, so its
+subscribers hear the resumed turn.
 While the stream waits for its next event (a slow turn), a comment `: keep-alive` goes out every
 `ORRERY_A2A_SSE_KEEPALIVE`, so no proxy on the way (Envoy closes a stream silent for 300 s) cuts
 it; SSE clients ignore comments. While the server shuts down (`Drain`), a stream gets a grace
-period to finish, then a final event with the task's current state. The SDK generator is always
-`aclose()`d: client gone, drained, or done.
+period to finish, then a final event with the task's current state. No stream outlives the
+caller's bearer token: at its `exp` (the assertion's `tok_exp`) the stream ends with a final
+`event: error` (`TOKEN_EXPIRED`, domain `orrery-a2a`), and the caller subscribes again with a
+fresh token. The SDK generator is always `aclose()`d: client gone, drained, token expired, or
+done.
 
 The turn a stream watches is not the stream's: it runs on after the client goes or the stream is
 drained, and its in-flight slot is held for as long as it runs (`turns.py`).
@@ -19,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, Literal
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
@@ -38,6 +45,8 @@ from adapter.envelope import (
     success,
     task_result,
 )
+from adapter.responses import orrery_error_body
+from adapter.stores.protocols import INTERRUPTED, TERMINAL
 from runtime import logs
 
 logger = logging.getLogger("adapter.a2a")
@@ -48,18 +57,14 @@ HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
 }
-_INTERRUPTED_OR_TERMINAL = frozenset(
-    {
-        pb.TASK_STATE_COMPLETED,
-        pb.TASK_STATE_FAILED,
-        pb.TASK_STATE_CANCELED,
-        pb.TASK_STATE_REJECTED,
-        pb.TASK_STATE_INPUT_REQUIRED,
-        pb.TASK_STATE_AUTH_REQUIRED,
-    }
-)
+# The states that end a stream, by method (see the module docstring).
+_ENDS = {
+    "SendStreamingMessage": TERMINAL | INTERRUPTED,
+    "SubscribeToTask": TERMINAL,
+}
 
 Events = AsyncGenerator[Any, None]
+Waited = Literal["event", "drained", "token_expired"]
 
 
 class Drain:
@@ -89,9 +94,12 @@ class Streams:
         self.drain = drain
         self.keepalive = keepalive
 
-    async def open(self, call: Request, context: ServerCallContext) -> OpenStream:
+    async def open(
+        self, call: Request, context: ServerCallContext, token_expires_at: float
+    ) -> OpenStream:
         """The call's stream at its first event; raises the A2A error (or unexpected exception)
-        that came before it, which the dispatcher answers as plain JSON."""
+        that came before it, which the dispatcher answers as plain JSON. The stream ends at
+        `token_expires_at` (epoch seconds) at the latest."""
         if call.method == "SubscribeToTask":
             events: Events = self.handler.on_subscribe_to_task(call.params, context)
         else:
@@ -103,7 +111,7 @@ class Streams:
         except BaseException:
             await events.aclose()
             raise
-        return OpenStream(self, call.rpc_id, context, events, first)
+        return OpenStream(self, call, context, events, first, deadline=token_expires_at)
 
 
 class OpenStream:
@@ -112,20 +120,25 @@ class OpenStream:
     def __init__(
         self,
         streams: Streams,
-        rpc_id: RpcId,
+        call: Request,
         context: ServerCallContext,
         events: Events,
         first: Any,
+        *,
+        deadline: float,
     ) -> None:
         self._streams = streams
-        self._rpc_id = rpc_id
+        self._deadline = deadline
+        self._rpc_id: RpcId = call.rpc_id
+        self._ends_at = _ENDS[call.method]
         self._context = context
         self._events = events
         self._first = first
         self._response = web.StreamResponse(headers=HEADERS)
 
     async def serve(self, http: web.Request) -> tuple[web.StreamResponse, str]:
-        """The SSE response and its outcome ("ok", "client_gone", "drained" or an error reason)."""
+        """The SSE response and its outcome ("ok", "client_gone", "drained", "token_expired" or
+        an error reason)."""
         outcome = "ok"
         try:
             await self._response.prepare(http)
@@ -148,12 +161,19 @@ class OpenStream:
         while True:
             task_id = event.id if isinstance(event, pb.Task) else getattr(event, "task_id", task_id)
             await self._write(success(self._rpc_id, stream_result(event)))
-            if _ends_stream(event):
+            if _ends_stream(event, self._ends_at):
                 return "ok"
             pending = asyncio.ensure_future(anext(self._events))
-            if not await self._next_or_keep_alive(pending):
+            waited = await self._next_or_keep_alive(pending)
+            if waited == "drained":
                 await self._snapshot(task_id)
-                return "drained"
+                return waited
+            if waited == "token_expired":
+                message = "the caller's bearer token expired; subscribe again with a new token"
+                await self._write(
+                    orrery_error_body(self._rpc_id, "TOKEN_EXPIRED", message, {}), event="error"
+                )
+                return waited
             try:
                 event = pending.result()
             except StopAsyncIteration:
@@ -164,31 +184,36 @@ class OpenStream:
                 log_internal_error(exc)
                 return await self._fail(InternalError())
 
-    async def _next_or_keep_alive(self, pending: asyncio.Future[Any]) -> bool:
+    async def _next_or_keep_alive(self, pending: asyncio.Future[Any]) -> Waited:
         """Wait for the stream's next event (`pending`), writing a keep-alive comment after each
-        silent interval; False when the shutdown grace expired first.
+        silent interval: "event" once it is there, "drained" when the shutdown grace expired
+        first, "token_expired" when the caller's token did.
 
-        Unless it returns True, `pending` is cancelled and awaited before this returns or raises
-        (client gone, handler cancelled), so the SDK generator is idle when it is `aclose()`d.
+        Unless it returns "event", `pending` is cancelled and awaited before this returns or
+        raises (client gone, handler cancelled), so the SDK generator is idle when it is
+        `aclose()`d.
         """
+        waited: Waited = "token_expired"
         try:
-            while True:
+            while (remaining := self._deadline - time.time()) > 0:
                 done, _ = await asyncio.wait(
                     {pending, self._streams.drain.expired},
-                    timeout=self._streams.keepalive,
+                    timeout=min(self._streams.keepalive, remaining),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if pending in done:
-                    return True
+                    return "event"
                 if done:  # the shutdown grace is over
+                    waited = "drained"
                     break
-                await self._response.write(KEEPALIVE)
+                if time.time() < self._deadline:
+                    await self._response.write(KEEPALIVE)
         finally:
             if not pending.done():
                 pending.cancel()
                 with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
                     await pending
-        return False
+        return waited
 
     async def _snapshot(self, task_id: str) -> None:
         """Send the task as it stands now (a stream's first event, or its last at shutdown)."""
@@ -211,9 +236,10 @@ class OpenStream:
         await self._response.write(prefix + b"data: " + dumps(body) + b"\n\n")
 
 
-def _ends_stream(event: Any) -> bool:
+def _ends_stream(event: Any, states: frozenset[int]) -> bool:
+    """A Message ends any stream (a message-only answer); a task ends it at one of `states`."""
     if isinstance(event, pb.Message):
         return True
     if isinstance(event, pb.Task | pb.TaskStatusUpdateEvent):
-        return event.status.state in _INTERRUPTED_OR_TERMINAL
+        return event.status.state in states
     return False

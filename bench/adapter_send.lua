@@ -1,9 +1,12 @@
 -- wrk script for adapter_bench.py: blocking SendMessage, one JSON-RPC call per request.
 -- args[1] (optional): a file of "request-id<TAB>x-orrery-principal" lines, cycled per request
 -- (the assertions authz would mint; the stock server ignores them). Headers given with `wrk -H`
--- are sent too.
-local body = '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":'
-  .. '{"messageId":"bench-1","role":"ROLE_USER","parts":[{"text":"how is checkout?"}]}}}'
+-- are sent too. Every request is a new message (its own messageId): a repeated id would be a
+-- retry, answered with the first task without running a turn (docs/contract.md#retries).
+local head = '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"'
+local tail = '","role":"ROLE_USER","parts":[{"text":"how is checkout?"}]}}}'
+local prefix = ""
+local sent = 0
 local identities = {}
 local next_identity = 0
 local threads = {}
@@ -14,6 +17,8 @@ end
 
 function init(args)
   bad = 0
+  -- Each thread has its own Lua state: a prefix of its own (the address of a fresh table).
+  prefix = "bench-" .. tostring({}):match("0x(%x+)") .. "-" .. os.time() .. "-"
   if args[1] then
     for line in io.lines(args[1]) do
       local rid, assertion = line:match("([^\t]+)\t(.+)")
@@ -32,7 +37,8 @@ function request()
     headers["x-request-id"] = identities[next_identity][1]
     headers["x-orrery-principal"] = identities[next_identity][2]
   end
-  return wrk.format("POST", "/a2a", headers, body)
+  sent = sent + 1
+  return wrk.format("POST", "/a2a", headers, head .. prefix .. sent .. tail)
 end
 
 function response(status, headers, response_body)

@@ -12,19 +12,21 @@ from dataclasses import dataclass
 from a2a.server.cluster.event_stream import TaskEventStream
 
 from adapter.settings import AdapterSettings
-from adapter.stores.memory import BoundedTaskStore, MemoryConfirmationStore
-from adapter.stores.protocols import ConfirmationStore, SdkTaskStore, TaskStore
+from adapter.stores.memory import BoundedTaskStore, MemoryConfirmationStore, MemoryMessageClaims
+from adapter.stores.protocols import ConfirmationStore, MessageClaims, SdkTaskStore, TaskStore
 
 
 @dataclass(frozen=True, slots=True)
 class Stores:
-    """The task and confirmation stores, how to close them, and cross-replica task events."""
+    """The task, confirmation and claim stores, how to close them, and cross-replica task
+    events."""
 
     tasks: TaskStore
     # The same task store as the a2a-sdk request handler takes it: the SDK's own store types are
     # nominal (an unversioned `TaskStore` or a `VersionedTaskStore`), not the protocol above.
     sdk_tasks: SdkTaskStore
     confirmations: ConfirmationStore
+    claims: MessageClaims
     close: Callable[[], Awaitable[None]]
     events: TaskEventStream | None = None  # PostgreSQL only: the memory store is one process
 
@@ -37,6 +39,15 @@ async def open_stores(settings: AdapterSettings) -> Stores:
         shared = await PostgresStores.open(
             settings.database_url, settings.db_schema, idle_ttl=settings.task_idle_ttl
         )
-        return Stores(shared.tasks, shared.tasks, shared.confirmations, shared.close, shared.events)
+        return Stores(
+            shared.tasks,
+            shared.tasks,
+            shared.confirmations,
+            shared.claims,
+            shared.close,
+            shared.events,
+        )
     tasks = BoundedTaskStore(max_tasks=settings.max_tasks, idle_ttl=settings.task_idle_ttl)
-    return Stores(tasks, tasks, MemoryConfirmationStore(), tasks.close)
+    # A turn makes one claim per message: room for a few turns per task kept.
+    claims = MemoryMessageClaims(max_claims=4 * settings.max_tasks, idle_ttl=settings.task_idle_ttl)
+    return Stores(tasks, tasks, MemoryConfirmationStore(), claims, tasks.close)

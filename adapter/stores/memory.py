@@ -1,4 +1,4 @@
-"""The in-memory stores (the default, one process): bounded tasks and confirmations.
+"""The in-memory stores (the default, one process): bounded tasks, confirmations and claims.
 
 Every task read and write is scoped by the owner — the verified principal key
 (`principal.owner_of`) — so another owner's task is exactly as absent as a task that never
@@ -8,7 +8,8 @@ totals and page tokens (listing is filtered by owner before it is positioned or 
 The SDK's `InMemoryTaskStore` never evicts. `BoundedTaskStore` drops a task idle (not read or
 written) for `idle_ttl` seconds and keeps at most `max_tasks`, least recently used out first.
 `MemoryConfirmationStore` keeps settled approvals an hour after they expire, and at most
-`max_entries`.
+`max_entries`. `MemoryMessageClaims` keeps a claim for `idle_ttl` seconds after it was made, and at
+most `max_claims` (oldest first out): a retry after that runs as a new message.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from a2a.types import a2a_pb2 as pb
 from adapter.principal import owner_of
 from adapter.stores.listing import ListQuery, page_response, sort_key
 from adapter.stores.protocols import (
+    Claim,
     Confirmation,
     Decision,
     DecisionOutcome,
@@ -179,6 +181,7 @@ class MemoryConfirmationStore:
             status="pending",
             created_at=now,
             expires_at=now + proposal.ttl,
+            digest=proposal.digest,
         )
         self._entries[entry.action_id] = entry
         return entry
@@ -210,13 +213,15 @@ class MemoryConfirmationStore:
         self._set(entry, outcome)
         return outcome
 
-    async def consume(self, action_id: str, *, owner: str) -> GateOutcome:
+    async def consume(self, action_id: str, *, owner: str, digest: str) -> GateOutcome:
         entry = self._entries.get(action_id)
         if entry is None or entry.owner != owner:
             return "not_found"
         if entry.status in ("pending", "approved") and self._clock() >= entry.expires_at:
             self._set(entry, "expired")
             return "expired"
+        if entry.status == "approved" and digest != entry.digest:
+            return "mismatch"
         if entry.status == "approved":
             self._set(entry, "consumed")
             return "approved"
@@ -229,3 +234,60 @@ class MemoryConfirmationStore:
 
     async def ping(self) -> None:
         return None
+
+
+class MemoryMessageClaims:
+    """Message claims in this process only (see `MessageClaims` and the module docstring)."""
+
+    shared = False
+
+    def __init__(
+        self,
+        *,
+        max_claims: int = 40000,
+        idle_ttl: float = 3600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._max_claims = max_claims
+        self._idle_ttl = idle_ttl
+        self._clock = clock
+        # (owner, key) -> (task id, fingerprint, made at); ordered oldest first.
+        self._entries: OrderedDict[tuple[str, str], tuple[str, str, float]] = OrderedDict()
+
+    def _sweep(self, now: float) -> None:
+        while self._entries:
+            made = next(iter(self._entries.values()))[2]
+            if len(self._entries) < self._max_claims and now - made < self._idle_ttl:
+                return
+            self._entries.popitem(last=False)
+
+    async def claim(self, owner: str, key: str, *, task_id: str, fingerprint: str) -> Claim:
+        now = self._clock()
+        self._sweep(now)
+        entry = self._entries.get((owner, key))
+        if entry is not None:
+            return Claim(entry[0], entry[1], now - entry[2])
+        self._entries[(owner, key)] = (task_id, fingerprint, now)
+        return Claim(task_id, fingerprint, 0.0, mine=True)
+
+    async def get(self, owner: str, key: str) -> Claim | None:
+        entry = self._entries.get((owner, key))
+        if entry is None:
+            return None
+        return Claim(entry[0], entry[1], self._clock() - entry[2])
+
+    async def take_over(
+        self, owner: str, key: str, *, stale: str, task_id: str, fingerprint: str, min_age: float
+    ) -> bool:
+        now = self._clock()
+        entry = self._entries.get((owner, key))
+        if entry is None or entry[0] != stale or now - entry[2] < min_age:
+            return False
+        self._entries[(owner, key)] = (task_id, fingerprint, now)
+        self._entries.move_to_end((owner, key))
+        return True
+
+    async def release(self, owner: str, key: str, *, task_id: str) -> None:
+        entry = self._entries.get((owner, key))
+        if entry is not None and entry[0] == task_id:
+            del self._entries[(owner, key)]

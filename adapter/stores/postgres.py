@@ -36,6 +36,7 @@ from adapter.principal import owner_of
 from adapter.stores.listing import ListQuery, page_response, sort_key
 from adapter.stores.protocols import (
     TERMINAL,
+    Claim,
     Confirmation,
     Decision,
     DecisionOutcome,
@@ -73,6 +74,14 @@ CREATE TABLE IF NOT EXISTS {s}.task_events (
 CREATE INDEX IF NOT EXISTS task_events_by_task ON {s}.task_events (task_id, seq);
 CREATE INDEX IF NOT EXISTS tasks_owner_order
     ON {s}.tasks (owner, has_ts DESC, ts_ns DESC, (id COLLATE "C") DESC);
+CREATE TABLE IF NOT EXISTS {s}.message_claims (
+    owner text NOT NULL,
+    key text NOT NULL,
+    task_id text NOT NULL,
+    fingerprint text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (owner, key)
+);
 CREATE TABLE IF NOT EXISTS {s}.approvals (
     action_id text PRIMARY KEY,
     owner text NOT NULL,
@@ -87,6 +96,8 @@ CREATE TABLE IF NOT EXISTS {s}.approvals (
     expires_at double precision NOT NULL,
     decided_at double precision
 );
+-- The exact action's digest; rows from before it existed match no action (fail closed).
+ALTER TABLE {s}.approvals ADD COLUMN IF NOT EXISTS digest text NOT NULL DEFAULT '';
 """
 
 
@@ -242,9 +253,9 @@ class PostgresTaskStore(VersionedTaskStore):
 class PostgresEventStream(TaskEventStream):
     """Task events across replicas: tails `task_events` (written by `PostgresTaskStore.save`).
 
-    Used by the SDK only for a task that runs on *another* replica (a local one is tapped in
-    memory): `SubscribeToTask` there gets the stored snapshot, then these events until the task
-    ends or is interrupted. Polls every `POLL_SECONDS`; callers are owner-checked before.
+    Every `SubscribeToTask` with shared stores reads it (`handler.py`): the stored snapshot, then
+    these events until the task is terminal, whichever replica runs the task's turns. Polls every
+    `POLL_SECONDS`; callers are owner-checked before.
     """
 
     POLL_SECONDS = 0.2
@@ -310,6 +321,7 @@ def _confirmation(row: Mapping[str, Any]) -> Confirmation:
         status=row["status"],
         created_at=row["created_at"],
         expires_at=row["expires_at"],
+        digest=row["digest"],
     )
 
 
@@ -329,8 +341,8 @@ class PostgresConfirmationStore:
         now = self._clock()
         row = await self._pool.fetchrow(
             f"""INSERT INTO {self._a} (action_id, owner, subject, session_id, task_id, tool,
-                    args, level, status, created_at, expires_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, 'pending', $9, $10)
+                    args, level, status, created_at, expires_at, digest)
+                VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, 'pending', $9, $10, $11)
                 RETURNING *""",  # noqa: S608
             new_action_id(),
             proposal.owner,
@@ -342,6 +354,7 @@ class PostgresConfirmationStore:
             proposal.level,
             now,
             now + proposal.ttl,
+            proposal.digest,
         )
         return _confirmation(row)
 
@@ -383,24 +396,30 @@ class PostgresConfirmationStore:
             return "not_found"
         return entry.status if entry.status in ("expired", "withdrawn") else "already_decided"
 
-    async def consume(self, action_id: str, *, owner: str) -> GateOutcome:
+    async def consume(self, action_id: str, *, owner: str, digest: str) -> GateOutcome:
         await self._expire("action_id = $1 AND owner = $2", action_id, owner)
         consumed = await self._pool.fetchval(
             f"""UPDATE {self._a} SET status = 'consumed'
                 WHERE action_id = $1 AND owner = $2 AND status = 'approved' AND expires_at > $3
+                  AND digest = $4
                 RETURNING status""",  # noqa: S608
             action_id,
             owner,
             self._clock(),
+            digest,
         )
         if consumed is not None:
             return "approved"
-        status = await self._pool.fetchval(
-            f"SELECT status FROM {self._a} WHERE action_id = $1 AND owner = $2",  # noqa: S608
+        row = await self._pool.fetchrow(
+            f"SELECT status, digest FROM {self._a} WHERE action_id = $1 AND owner = $2",  # noqa: S608
             action_id,
             owner,
         )
-        return "not_found" if status is None else status
+        if row is None:
+            return "not_found"
+        if row["status"] == "approved" and row["digest"] != digest:
+            return "mismatch"
+        return row["status"]  # type: ignore[no-any-return]
 
     async def withdraw(self, action_id: str, *, owner: str) -> None:
         await self._pool.execute(
@@ -413,6 +432,70 @@ class PostgresConfirmationStore:
 
     async def ping(self) -> None:
         await self._pool.fetchval("SELECT 1")
+
+
+class PostgresMessageClaims:
+    """Message claims shared by every replica: the claim is one `INSERT … ON CONFLICT DO NOTHING`,
+    so of duplicates racing on any replicas exactly one makes it."""
+
+    shared = True
+
+    def __init__(self, pool: asyncpg.Pool, schema: str) -> None:
+        self._pool = pool
+        self._c = f"{schema}.message_claims"
+
+    async def claim(self, owner: str, key: str, *, task_id: str, fingerprint: str) -> Claim:
+        while True:
+            made = await self._pool.fetchval(
+                f"""INSERT INTO {self._c} (owner, key, task_id, fingerprint)
+                    VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING true""",  # noqa: S608
+                owner,
+                key,
+                task_id,
+                fingerprint,
+            )
+            if made:
+                return Claim(task_id, fingerprint, 0.0, mine=True)
+            # Read in a statement of its own: the INSERT's snapshot may predate the row it lost to.
+            existing = await self.get(owner, key)
+            if existing is not None:
+                return existing
+            # Released or swept in between: try again.
+
+    async def get(self, owner: str, key: str) -> Claim | None:
+        row = await self._pool.fetchrow(
+            f"""SELECT task_id, fingerprint,
+                       extract(epoch FROM now() - created_at)::float8 AS age
+                FROM {self._c} WHERE owner = $1 AND key = $2""",  # noqa: S608
+            owner,
+            key,
+        )
+        return None if row is None else Claim(row["task_id"], row["fingerprint"], row["age"])
+
+    async def take_over(
+        self, owner: str, key: str, *, stale: str, task_id: str, fingerprint: str, min_age: float
+    ) -> bool:
+        moved = await self._pool.fetchval(
+            f"""UPDATE {self._c} SET task_id = $3, fingerprint = $4, created_at = now()
+                WHERE owner = $1 AND key = $2 AND task_id = $5
+                  AND created_at <= now() - make_interval(secs => $6)
+                RETURNING true""",  # noqa: S608
+            owner,
+            key,
+            task_id,
+            fingerprint,
+            stale,
+            min_age,
+        )
+        return bool(moved)
+
+    async def release(self, owner: str, key: str, *, task_id: str) -> None:
+        await self._pool.execute(
+            f"DELETE FROM {self._c} WHERE owner = $1 AND key = $2 AND task_id = $3",  # noqa: S608
+            owner,
+            key,
+            task_id,
+        )
 
 
 class PostgresStores:
@@ -430,6 +513,7 @@ class PostgresStores:
         self.tasks = PostgresTaskStore(pool, schema)
         self.events = PostgresEventStream(pool, schema)
         self.confirmations = PostgresConfirmationStore(pool, schema, clock=clock)
+        self.claims = PostgresMessageClaims(pool, schema)
         self._schema = schema
         self._clock = clock
         self._idle_ttl = idle_ttl
@@ -463,6 +547,11 @@ class PostgresStores:
         )
         await self.pool.execute(
             f"DELETE FROM {self._schema}.task_events "  # noqa: S608
+            "WHERE created_at < now() - make_interval(secs => $1)",
+            self._idle_ttl,
+        )
+        await self.pool.execute(
+            f"DELETE FROM {self._schema}.message_claims "  # noqa: S608
             "WHERE created_at < now() - make_interval(secs => $1)",
             self._idle_ttl,
         )

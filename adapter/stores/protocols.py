@@ -5,10 +5,13 @@ Two contracts live here, with the values both of their implementations share:
 * `TaskStore`: owner-scoped tasks. The a2a-sdk request handler runs turns against the same object
   through the SDK's own store contract (`SdkTaskStore`): the memory store is an unversioned SDK
   `TaskStore` (the SDK wraps it), the PostgreSQL store a `VersionedTaskStore` whose every write is
-  a compare-and-swap. `TERMINAL` is the set of states no write changes.
+  a compare-and-swap. `TERMINAL` is the set of states no write changes, `INTERRUPTED` the states
+  of a task that waits for its client.
 * `ConfirmationStore`: guarded actions and the human decisions on them, plus the `Confirmation` and
   `Proposal` rows it takes and gives. Gateways use it through the gateway seam, which re-exports
   these names (`adapter.gateway`).
+* `MessageClaims`: which task each message (by `messageId`, in its scope) belongs to, so that a
+  retried send finds its first answer instead of running again (`retries.py`).
 
 Nothing here imports the rest of the adapter: of it, a store needs only this module, the listing
 rules (`listing.py`) and the owner of a call (`principal.owner_of`).
@@ -16,6 +19,8 @@ rules (`listing.py`) and the owner of a call (`principal.owner_of`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +41,8 @@ TERMINAL = frozenset(
         pb.TASK_STATE_REJECTED,
     }
 )
+# A task waiting for its client (spec 3.1): not over, but no turn runs on it.
+INTERRUPTED = frozenset({pb.TASK_STATE_INPUT_REQUIRED, pb.TASK_STATE_AUTH_REQUIRED})
 
 
 class TaskStore(Protocol):
@@ -81,10 +88,25 @@ Decision = Literal["approve", "deny"]
 DecisionOutcome = Literal[
     "approved", "denied", "not_found", "expired", "already_decided", "withdrawn"
 ]
-# What the gate found when a turn resumed: "approved" means it consumed the approval just now.
+# What the gate found when a turn resumed: "approved" means it consumed the approval just now;
+# "mismatch" that the action about to run is not the one approved (nothing was consumed).
 GateOutcome = Literal[
-    "approved", "denied", "pending", "expired", "consumed", "withdrawn", "not_found"
+    "approved", "denied", "pending", "expired", "consumed", "withdrawn", "not_found", "mismatch"
 ]
+
+
+def action_digest(tool: str, args: Mapping[str, Any]) -> str:
+    """SHA-256 of the exact action: the tool and its *unredacted* arguments as canonical JSON
+    (sorted keys, no spaces, UTF-8). An approval records it when the action is proposed, and the
+    gate lets only an action with the same digest run on it."""
+    canonical = json.dumps(
+        {"tool": tool, "args": args},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +124,13 @@ class Confirmation:
     status: Status
     created_at: float
     expires_at: float
+    digest: str  # `action_digest` of the exact action proposed: the only one the approval runs
 
 
 @dataclass(frozen=True, slots=True)
 class Proposal:
-    """A guarded action a gateway wants a human to decide (`args` redacted by the gateway)."""
+    """A guarded action a gateway wants a human to decide (`args` redacted by the gateway: what
+    the person is shown), bound to the exact action by `digest`."""
 
     owner: str  # principal key of the proposing agent: only its turns may consume the approval
     subject: str  # the delegating human: the only one who may decide
@@ -116,6 +140,7 @@ class Proposal:
     args: Mapping[str, Any]
     level: str
     ttl: float  # seconds until both the decision and the consumption expire
+    digest: str  # `action_digest(tool, exact args)`: what the gate compares at consumption
 
 
 @runtime_checkable
@@ -135,8 +160,11 @@ class ConfirmationStore(Protocol):
     async def decide(self, action_id: str, *, subject: str, decision: Decision) -> DecisionOutcome:
         """Approve or deny a pending, unexpired action of `subject`'s; once."""
 
-    async def consume(self, action_id: str, *, owner: str) -> GateOutcome:
-        """The gate: turn an approval of `owner`'s action into one execution."""
+    async def consume(self, action_id: str, *, owner: str, digest: str) -> GateOutcome:
+        """The gate: turn an approval of `owner`'s action into one execution of that action.
+
+        `digest` is the `action_digest` of the action about to run; unless it equals the one
+        recorded at the proposal, the answer is `mismatch` and nothing is consumed."""
 
     async def withdraw(self, action_id: str, *, owner: str) -> None:
         """`owner` cancelled the task waiting on this action: a pending or approved action
@@ -144,6 +172,45 @@ class ConfirmationStore(Protocol):
 
     async def ping(self) -> None:
         """Raise if the store cannot be reached (readiness)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The task a message belongs to: claimed by the first send of it, found by its retries."""
+
+    task_id: str
+    fingerprint: str  # of the message's content, so a different message under the id is told
+    age: float  # seconds since the claim was made (or taken over), by the store's clock
+    mine: bool = False  # True only for the `claim` call that made it
+
+
+class MessageClaims(Protocol):
+    """Claims of messages on tasks, per owner; `key` names the message in its scope.
+
+    A claim is made once, atomically, by the first send of a message; every other send of it
+    (a retry, or a duplicate racing the first) is told whose it is. Claims are dropped with the
+    tasks they name (idle TTL) and when a first send never reached its task (`release`).
+    """
+
+    @property
+    def shared(self) -> bool:
+        """True when every replica sees the same claims."""
+
+    async def claim(self, owner: str, key: str, *, task_id: str, fingerprint: str) -> Claim:
+        """Claim `key` for `task_id` unless it is claimed already: the claim that holds (`mine`
+        when this call made it)."""
+
+    async def get(self, owner: str, key: str) -> Claim | None:
+        """The claim on `key`, if any."""
+
+    async def take_over(
+        self, owner: str, key: str, *, stale: str, task_id: str, fingerprint: str, min_age: float
+    ) -> bool:
+        """Move the claim from task `stale` to `task_id` if it still names `stale` and is at
+        least `min_age` seconds old (its send died before its task was stored); True if moved."""
+
+    async def release(self, owner: str, key: str, *, task_id: str) -> None:
+        """Drop the claim if it still names `task_id` (its send never reached the task)."""
 
 
 def new_action_id() -> str:

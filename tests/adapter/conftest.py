@@ -6,6 +6,7 @@ Every request gets a fresh `x-request-id` and an `x-orrery-principal` signed for
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -22,7 +23,7 @@ from aiohttp import web
 from opentelemetry.trace import TracerProvider
 
 from adapter.app import GATEWAY, bind, make_app, start
-from adapter.gateway import Proposal
+from adapter.gateway import Proposal, action_digest
 from adapter.settings import AdapterSettings
 from contract.assertion import AssertionKeys, new_keys_spec, sign
 from contract.identity import Autonomy, Principal, Surface
@@ -38,6 +39,7 @@ PROPOSAL = Proposal(
     args={"service": "x"},
     level="L3",
     ttl=60,
+    digest=action_digest("restart_service", {"service": "x"}),
 )
 
 
@@ -77,11 +79,15 @@ def assertion_headers(
     keys: AssertionKeys = KEYS,
     request_id: str | None = None,
     now: int | None = None,
+    token_expires_at: int | None = None,
 ) -> dict[str, str]:
+    """What Envoy + authz put on a request: a fresh request id and an assertion signed for it
+    (the caller's bearer token expiring in an hour, or at `token_expires_at`)."""
     rid = request_id or uuid.uuid4().hex
     issued = int(time.time()) if now is None else now
+    token_exp = issued + 3600 if token_expires_at is None else token_expires_at
     value = sign(
-        keys, principal, surface=surface, request_id=rid, token_expires_at=issued + 3600, now=issued
+        keys, principal, surface=surface, request_id=rid, token_expires_at=token_exp, now=issued
     )
     return {"x-request-id": rid, "x-orrery-principal": value}
 
@@ -175,6 +181,38 @@ async def running(
 async def server() -> AsyncIterator[Server]:
     async with running() as started:
         yield started
+
+
+def message_params(text: str = "how is checkout?", **fields: Any) -> dict[str, Any]:
+    """`SendMessage` params in JSON form: one user text part, a fresh `messageId` unless `fields`
+    name one."""
+    message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
+    return {"message": {**message, **fields}}
+
+
+async def sse_events(response: httpx.Response) -> list[tuple[str, dict[str, Any]]]:
+    """(SSE event name, JSON body) of every event of a streamed response, until it ends."""
+    events: list[tuple[str, dict[str, Any]]] = []
+    name = "message"
+    async for line in response.aiter_lines():
+        if line.startswith("event: "):
+            name = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            events.append((name, json.loads(line.removeprefix("data: "))))
+            name = "message"
+    return events
+
+
+async def followed(
+    client: Client, task_id: str, attached: asyncio.Event
+) -> list[pb.StreamResponse]:
+    """Every event of a SubscribeToTask stream through the a2a-sdk client, until it ends;
+    `attached` is set at the first (the Task: from then on the stream hears the task)."""
+    events = []
+    async for event in client.subscribe(pb.SubscribeToTaskRequest(id=task_id)):
+        events.append(event)
+        attached.set()
+    return events
 
 
 def text_message(

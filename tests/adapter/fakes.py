@@ -11,7 +11,15 @@ import dataclasses
 from collections.abc import Sequence
 
 from adapter.demo_gateway import SPECIALISTS, DemoGateway
-from adapter.gateway import ConfirmationStore, GatewayContext, Pending, Reply, Specialist, Turn
+from adapter.gateway import (
+    ConfirmationStore,
+    GatewayContext,
+    Pending,
+    Reply,
+    Specialist,
+    Turn,
+    action_digest,
+)
 
 
 class RecordingGateway:
@@ -56,3 +64,30 @@ class StoreWithoutWithdraw:
 def create_with_an_old_store(context: GatewayContext) -> RecordingGateway:
     old = StoreWithoutWithdraw(context.confirmations)
     return RecordingGateway(dataclasses.replace(context, confirmations=old))  # type: ignore[arg-type]
+
+
+class ReplanningGateway(DemoGateway):
+    """An agent that changes its plan between the approval and the run: it proposes what the
+    demo gateway proposes (restarting the service the message names) and, once approved, wants
+    to restart `then` instead — the same tool, other args."""
+
+    def __init__(self, context: GatewayContext, then: str = "payments") -> None:
+        super().__init__(context.confirmations, context.approval_ttl)
+        self.then = then
+        self.ran: list[tuple[str, dict[str, str]]] = []
+
+    async def run_in_session(self, turn: Turn) -> Reply | Pending:
+        if turn.resume_action_id is None:
+            return await super().run_in_session(turn)
+        action = ("restart_service", {"service": self.then})
+        outcome = await self.confirmations.consume(
+            turn.resume_action_id, owner=turn.principal.key, digest=action_digest(*action)
+        )
+        if outcome != "approved":
+            return Reply(f"nothing was done ({outcome})", rejected=True)
+        self.ran.append(action)
+        return Reply(f"restarted {self.then}")
+
+
+def create_replanning(context: GatewayContext) -> ReplanningGateway:
+    return ReplanningGateway(context)

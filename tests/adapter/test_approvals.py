@@ -11,6 +11,7 @@ import pytest
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
+from adapter.app import GATEWAY
 from adapter.errors import GatewayLoadError
 from adapter.gateway import REDACTED, AgentGateway, GatewayContext, load_gateway, redact
 from adapter.stores.memory import MemoryConfirmationStore
@@ -28,6 +29,7 @@ from tests.adapter.conftest import (
     status_text,
     text_message,
 )
+from tests.adapter.fakes import ReplanningGateway
 
 AGENT = delegated("deploy-bot", "alice")
 
@@ -81,6 +83,24 @@ async def test_approved_action_runs_once_on_resume(server: Server) -> None:
     done = await resume(server, task)
     assert done.status.state == pb.TASK_STATE_COMPLETED
     assert "carried out" in done.artifacts[0].parts[0].text
+
+
+async def test_an_action_changed_after_its_approval_does_not_run() -> None:
+    """The approval binds the exact action the person saw: a gateway that, at the resume, wants
+    to run the same tool with other args gets no approval for it. Nothing runs, the task is
+    rejected, and the approval is not used up."""
+    async with running({"ORRERY_A2A_GATEWAY": "tests.adapter.fakes:create_replanning"}) as server:
+        gateway = server.app[GATEWAY]
+        assert isinstance(gateway, ReplanningGateway)
+        task, data = await propose(server)
+        assert data["args"] == {"service": "checkout"}  # what the person is shown
+        assert (await decide(server, data["action_id"])).status_code == 200
+        resumed = await resume(server, task)
+        assert resumed.status.state == pb.TASK_STATE_REJECTED
+        assert gateway.ran == []
+        async with server.http(human("alice"), "approvals") as http:
+            shown = (await http.get(f"/approvals/{data['action_id']}")).json()
+        assert shown["status"] == "approved"
 
 
 async def test_reply_on_the_task_is_never_a_decision(server: Server) -> None:
@@ -261,6 +281,18 @@ async def test_deeply_nested_decision_body_is_400(server: Server) -> None:
     assert response.status_code == 400
 
 
+async def test_a_decision_body_that_is_not_utf8_is_400(server: Server) -> None:
+    """The decision is JSON, so UTF-8 (RFC 8259 §8.1): a UTF-16 body is not read as one."""
+    _, data = await propose(server)
+    async with server.http(human("alice"), "approvals") as http:
+        response = await http.post(
+            f"/approvals/{data['action_id']}",
+            content=b"\xff\xfe" + '{"decision": "approve"}'.encode("utf-16-le"),
+            headers={"Content-Type": "application/json"},
+        )
+    assert (response.status_code, response.json()["status"]) == (400, "bad_request")
+
+
 async def test_decision_needs_an_assertion(server: Server) -> None:
     """No assertion at all: 401 with the Bearer challenge."""
     _, data = await propose(server)
@@ -305,9 +337,9 @@ async def test_memory_store_gate_is_bound_to_the_owner() -> None:
     store = MemoryConfirmationStore(clock=lambda: now[0])
     entry = await store.propose(PROPOSAL)
     assert await store.decide(entry.action_id, subject="alice", decision="approve") == "approved"
-    assert await store.consume(entry.action_id, owner="k2") == "not_found"
-    assert await store.consume(entry.action_id, owner="k1") == "approved"
-    assert await store.consume(entry.action_id, owner="k1") == "consumed"
+    assert await store.consume(entry.action_id, owner="k2", digest=PROPOSAL.digest) == "not_found"
+    assert await store.consume(entry.action_id, owner="k1", digest=PROPOSAL.digest) == "approved"
+    assert await store.consume(entry.action_id, owner="k1", digest=PROPOSAL.digest) == "consumed"
 
 
 async def test_memory_store_approval_expires_before_consumption() -> None:
@@ -317,7 +349,7 @@ async def test_memory_store_approval_expires_before_consumption() -> None:
     entry = await store.propose(PROPOSAL)
     await store.decide(entry.action_id, subject="alice", decision="approve")
     now[0] += 61
-    assert await store.consume(entry.action_id, owner="k1") == "expired"
+    assert await store.consume(entry.action_id, owner="k1", digest=PROPOSAL.digest) == "expired"
     assert time.time() > 0
 
 

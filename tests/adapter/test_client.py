@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import PushNotificationNotSupportedError
@@ -53,15 +55,28 @@ async def test_approval_round_trip(server: Server, streaming: bool) -> None:
 
 
 async def test_list_cancel_and_subscribe(server: Server) -> None:
-    """ListTasks, CancelTask and SubscribeToTask through the client."""
+    """ListTasks, CancelTask and SubscribeToTask through the client: a subscription to the waiting
+    task stays open until the cancel ends the task."""
     async with server.client(AGENT, streaming=True) as client:
         pending = await send(client, text_message("scale search"))
-        events = [e async for e in client.subscribe(pb.SubscribeToTaskRequest(id=pending.id))]
-        assert events[0].task.id == pending.id
+        attached = asyncio.Event()
+
+        async def subscribed() -> list[pb.StreamResponse]:
+            events = []
+            async for event in client.subscribe(pb.SubscribeToTaskRequest(id=pending.id)):
+                events.append(event)
+                attached.set()
+            return events
+
+        subscription = asyncio.create_task(subscribed())
+        await attached.wait()
         listed = await client.list_tasks(pb.ListTasksRequest())
         assert [t.id for t in listed.tasks] == [pending.id]
         cancelled = await client.cancel_task(pb.CancelTaskRequest(id=pending.id))
         assert cancelled.status.state == pb.TASK_STATE_CANCELED
+        events = await asyncio.wait_for(subscription, timeout=30)
+    assert events[0].task.id == pending.id
+    assert events[-1].status_update.status.state == pb.TASK_STATE_CANCELED
 
 
 async def test_extended_card_through_the_client(server: Server) -> None:

@@ -12,23 +12,22 @@ import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types import a2a_pb2 as pb
 
+from adapter.messages import MAX_BODY_BYTES
 from tests.adapter.conftest import (
     Server,
     assertion_headers,
     delegated,
+    human,
     reply_text,
     running,
     send,
     text_message,
 )
+from tests.adapter.conftest import (
+    message_params as message,
+)
 
 ALICE_BOT = delegated()
-
-
-def message(text: str = "how is checkout?", **fields: Any) -> dict[str, Any]:
-    return {
-        "message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": text}], **fields}
-    }
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:
@@ -144,6 +143,64 @@ async def test_bad_json_is_32700(server: Server) -> None:
     assert response.json()["id"] is None
 
 
+GET_TASK = '{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "caf\u00e9"}}'
+
+# JSON on the wire is UTF-8 (RFC 8259 §8.1); these are the same request in other encodings.
+NOT_UTF8 = {
+    "UTF-16LE with a BOM": b"\xff\xfe" + GET_TASK.encode("utf-16-le"),
+    "UTF-16BE with a BOM": b"\xfe\xff" + GET_TASK.encode("utf-16-be"),
+    "UTF-16LE without a BOM": GET_TASK.encode("utf-16-le"),
+    "UTF-32 with a BOM": GET_TASK.encode("utf-32"),
+    "Latin-1": GET_TASK.encode("latin-1"),
+}
+
+
+@pytest.mark.parametrize("body", NOT_UTF8.values(), ids=NOT_UTF8.keys())
+async def test_a_body_that_is_not_utf8_is_32700(server: Server, body: bytes) -> None:
+    """RFC 8259 §8.1: JSON exchanged between systems MUST be UTF-8; any other encoding is a parse
+    error (-32700, id null), never decoded by guesswork."""
+    response = await raw_post(server, body)
+    assert error_of(response)["code"] == -32700
+    assert response.json()["id"] is None
+
+
+async def test_a_utf8_byte_order_mark_is_ignored(server: Server) -> None:
+    """RFC 8259 §8.1: a sender MUST NOT add a BOM, a parser MAY ignore one: this one does."""
+    response = await raw_post(server, b"\xef\xbb\xbf" + GET_TASK.encode())
+    assert error_of(response)["code"] == -32001  # parsed, and the task is unknown
+
+
+NOTIFICATIONS = {
+    "SendMessage": {"message": {"messageId": "n", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+    "SendStreamingMessage": {
+        "message": {"messageId": "n", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    },
+    "GetTask": {"id": "x"},
+    "NoSuchMethod": {},
+}
+
+
+@pytest.mark.parametrize(("method", "params"), NOTIFICATIONS.items(), ids=NOTIFICATIONS.keys())
+async def test_a_notification_runs_nothing_and_gets_no_reply(
+    server: Server, method: str, params: dict[str, Any]
+) -> None:
+    """JSON-RPC 2.0 §4.1: a request without `id` is a notification, which gets no reply; every
+    A2A method needs its answer, so nothing runs: HTTP 204 without a body."""
+    body = {"jsonrpc": "2.0", "method": method, "params": params}
+    response = await raw_post(server, json.dumps(body).encode())
+    assert (response.status_code, response.content) == (204, b"")
+    assert server.gateway.turns == []
+    listed = await server.rpc(ALICE_BOT, "ListTasks", {})
+    assert listed.json()["result"]["totalSize"] == 0
+
+
+async def test_a_null_id_is_a_request_not_a_notification(server: Server) -> None:
+    """`"id": null` is a request (discouraged, but one): it is answered, with id null."""
+    response = await server.rpc(ALICE_BOT, "GetTask", {"id": "x"}, rpc_id=None)
+    assert error_of(response)["code"] == -32001
+    assert response.json()["id"] is None
+
+
 @pytest.mark.parametrize("depth", [60, 900, 20000])
 async def test_deeply_nested_json_is_refused_cleanly(server: Server, depth: int) -> None:
     """Nesting deeper than the parsers allow is a JSON-RPC error, never a 500."""
@@ -197,8 +254,8 @@ async def test_push_methods_are_32003(server: Server, method: str) -> None:
 
 async def test_body_over_the_cap_is_413_before_parsing() -> None:
     """A body over ORRERY_A2A_MAX_BODY_BYTES is refused with 413 and never parsed."""
-    async with running({"ORRERY_A2A_MAX_BODY_BYTES": "2048"}) as server:
-        response = await raw_post(server, b"[" * 4096)
+    async with running() as server:
+        response = await raw_post(server, b"[" * (MAX_BODY_BYTES + 1))
         assert response.status_code == 413
         assert response.json()["error"] == "body_too_large"
 
@@ -207,10 +264,10 @@ async def test_chunked_body_over_the_cap_is_413() -> None:
     """Without Content-Length the cap applies to the bytes actually read."""
 
     async def chunks() -> Any:
-        for _ in range(8):
+        for _ in range(MAX_BODY_BYTES // 1024 + 1):
             yield b" " * 1024
 
-    async with running({"ORRERY_A2A_MAX_BODY_BYTES": "2048"}) as server:
+    async with running() as server:
         async with server.http(ALICE_BOT) as http:
             response = await http.post(
                 "/a2a", content=chunks(), headers={"Content-Type": "application/json"}
@@ -280,13 +337,95 @@ async def test_subscribe_to_terminal_task_is_32004(server: Server) -> None:
     assert error_of(response)["code"] == -32004
 
 
-async def test_subscribe_to_interrupted_task_sends_the_task_and_closes(server: Server) -> None:
-    """Trap 7: SubscribeToTask starts with the Task; an input-required task ends the stream."""
+async def subscription(
+    server: Server, task_id: str, attached: asyncio.Event
+) -> list[dict[str, Any]]:
+    """The events of a `SubscribeToTask` stream until it ends; `attached` is set at the first
+    (the Task: from then on this stream receives the task's events)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task_id}}
+    headers = {"A2A-Version": "1.0", **assertion_headers(ALICE_BOT)}
+    events = []
+    async with (
+        httpx.AsyncClient(base_url=server.base, timeout=60) as http,
+        http.stream("POST", "/a2a", json=body, headers=headers) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                attached.set()
+    return events
+
+
+async def approve(server: Server, task: dict[str, Any]) -> None:
+    """The delegating person approves the action the task waits on."""
+    action_id = next(
+        part["data"]["action_id"] for part in task["status"]["message"]["parts"] if "data" in part
+    )
+    async with server.http(human("alice"), "approvals") as http:
+        decided = await http.post(f"/approvals/{action_id}", json={"decision": "approve"})
+    assert decided.json()["status"] == "approved"
+
+
+def states(events: list[dict[str, Any]]) -> list[str]:
+    """Each event's kind, with the state of a Task or status update."""
+    described = []
+    for event in events:
+        kind, value = next(iter(event["result"].items()))
+        state = value.get("status", {}).get("state", "")
+        described.append(f"{kind} {state}".strip())
+    return described
+
+
+async def test_subscribe_to_a_waiting_task_follows_it_to_its_end(server: Server) -> None:
+    """Spec 3.1.6: SubscribeToTask on an input-required task sends the Task, stays open while the
+    task waits, and ends with the task: after the approval, the resumed turn's events."""
     task = await new_task(server, "restart checkout")
-    response = await server.rpc(ALICE_BOT, "SubscribeToTask", {"id": task["id"]})
-    events = sse_events(response.text)
-    assert events[0]["result"]["task"]["id"] == task["id"]
-    assert len(events) == 1
+    attached = asyncio.Event()
+    subscriber = asyncio.create_task(subscription(server, task["id"], attached))
+    await attached.wait()
+    await approve(server, task)
+    assert not subscriber.done()  # the decision alone is not an event of the task
+    resume = message("go ahead", taskId=task["id"])
+    resumed = await server.rpc(ALICE_BOT, "SendMessage", resume)
+    assert resumed.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    events = await subscriber
+    assert states(events) == [
+        "task TASK_STATE_INPUT_REQUIRED",
+        "artifactUpdate",
+        "statusUpdate TASK_STATE_COMPLETED",
+    ]
+    assert events[1]["result"]["artifactUpdate"]["artifact"]["name"] == "reply"
+
+
+async def test_every_subscriber_of_a_waiting_task_hears_the_same_events(server: Server) -> None:
+    """Several subscribers on one waiting task each get the same events, in the same order."""
+    task = await new_task(server, "restart checkout")
+    attached = [asyncio.Event() for _ in range(3)]
+    subscribers = [
+        asyncio.create_task(subscription(server, task["id"], ready)) for ready in attached
+    ]
+    await asyncio.gather(*(ready.wait() for ready in attached))
+    await approve(server, task)
+    await server.rpc(ALICE_BOT, "SendMessage", message("go ahead", taskId=task["id"]))
+    streams = [await subscriber for subscriber in subscribers]
+    assert states(streams[0])[-1] == "statusUpdate TASK_STATE_COMPLETED"
+    assert streams[1] == streams[0] and streams[2] == streams[0]
+
+
+async def test_a_resumed_turn_that_waits_again_keeps_the_subscription_open(server: Server) -> None:
+    """A resume before the decision leaves the task input-required: the subscriber hears that
+    and stays, until a later resume ends the task."""
+    task = await new_task(server, "restart checkout")
+    attached = asyncio.Event()
+    subscriber = asyncio.create_task(subscription(server, task["id"], attached))
+    await attached.wait()
+    await server.rpc(ALICE_BOT, "SendMessage", message("done yet?", taskId=task["id"]))
+    await approve(server, task)
+    await server.rpc(ALICE_BOT, "SendMessage", message("go ahead", taskId=task["id"]))
+    described = states(await subscriber)
+    assert described[0] == "task TASK_STATE_INPUT_REQUIRED"
+    assert described[1] == "statusUpdate TASK_STATE_INPUT_REQUIRED"
+    assert described[-1] == "statusUpdate TASK_STATE_COMPLETED"
 
 
 async def test_concurrent_subscribers_see_the_same_events_in_order(server: Server) -> None:
@@ -298,22 +437,7 @@ async def test_concurrent_subscribers_see_the_same_events_in_order(server: Serve
     task_id = created.json()["result"]["task"]["id"]
     await server.gateway.started.wait()
     attached = [asyncio.Event(), asyncio.Event()]
-
-    async def subscribe(ready: asyncio.Event) -> list[dict[str, Any]]:
-        body = {"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task_id}}
-        headers = {"A2A-Version": "1.0", **assertion_headers(ALICE_BOT)}
-        events = []
-        async with (
-            httpx.AsyncClient(base_url=server.base, timeout=60) as http,
-            http.stream("POST", "/a2a", json=body, headers=headers) as response,
-        ):
-            async for line in response.aiter_lines():
-                if line.startswith("data: "):
-                    events.append(json.loads(line[6:]))
-                    ready.set()  # the first event (the Task) means this stream is attached
-        return events
-
-    subscribers = [asyncio.create_task(subscribe(ready)) for ready in attached]
+    subscribers = [asyncio.create_task(subscription(server, task_id, ready)) for ready in attached]
     await asyncio.gather(*(ready.wait() for ready in attached))
     server.gateway.hold.set()
     streams = [await s for s in subscribers]
@@ -324,23 +448,26 @@ async def test_concurrent_subscribers_see_the_same_events_in_order(server: Serve
     assert streams[0][1:] == streams[1][1:]
 
 
-async def test_repeated_message_id_is_accepted(server: Server) -> None:
-    """Trap 8: two new turns reusing one messageId both run."""
-    first = await server.rpc(ALICE_BOT, "SendMessage", message())
-    second = await server.rpc(ALICE_BOT, "SendMessage", message())
-    ids = {r.json()["result"]["task"]["id"] for r in (first, second)}
-    assert len(ids) == 2
-    assert len(server.gateway.turns) == 2
+async def test_repeated_message_id_is_a_retry(server: Server) -> None:
+    """Trap 8: a repeated messageId is not refused: the same message again is a retry, answered
+    with the first task (spec 3.3.1), and the gateway runs once."""
+    first = await server.rpc(ALICE_BOT, "SendMessage", message(messageId="m-1"))
+    second = await server.rpc(ALICE_BOT, "SendMessage", message(messageId="m-1"))
+    assert first.json()["result"] == second.json()["result"]
+    assert len(server.gateway.turns) == 1
 
 
-async def test_repeated_message_id_on_a_follow_up_still_runs_the_turn(server: Server) -> None:
-    """Trap 15: a follow-up reusing the first message's id is processed, not dropped."""
+async def test_a_follow_up_reusing_a_message_id_for_another_message_is_refused(
+    server: Server,
+) -> None:
+    """Trap 15: a follow-up reusing the first message's id for another text is -32602
+    (`message_id_reused`): the task's history could not hold both messages."""
     task = await new_task(server, "restart checkout")
-    follow_up = message("anything", taskId=task["id"], contextId=task["contextId"])
+    first_id = task["history"][0]["messageId"]
+    follow_up = message("anything", taskId=task["id"], messageId=first_id)
     response = await server.rpc(ALICE_BOT, "SendMessage", follow_up)
-    assert "task" in response.json()["result"]
-    assert len(server.gateway.turns) == 2
-    assert server.gateway.turns[1].text == "anything"
+    assert error_of(response)["data"][0]["metadata"]["rule"] == "message_id_reused"
+    assert len(server.gateway.turns) == 1
 
 
 async def test_list_tasks_shape(server: Server) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
@@ -18,7 +19,8 @@ VERSION = {"A2A-Version": "1.0"}
 
 
 def send_params(text: str = "how is search?") -> dict[str, Any]:
-    return {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": text}]}}
+    parts = [{"text": text}]
+    return {"message": {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": parts}}
 
 
 async def fill(server: Server, count: int) -> list[asyncio.Task[Any]]:
@@ -115,11 +117,11 @@ async def test_a_finished_stream_releases_its_slot() -> None:
 
 @pytest.mark.parametrize("method", ["SendMessage", "SendStreamingMessage"])
 async def test_a_turn_whose_gateway_fails_releases_its_slot(method: str) -> None:
-    """A turn that fails inside the gateway (-32603, or an error event) frees its slot."""
+    """A turn that fails inside the gateway (its task FAILED) frees its slot."""
     async with running({"ORRERY_A2A_MAX_IN_FLIGHT": "1"}) as server:
         server.gateway.error = RuntimeError("the gateway broke")
         failed = await server.rpc(ALICE_BOT, method, send_params())
-        assert '"reason":"INTERNAL_ERROR"' in failed.text
+        assert '"TASK_STATE_FAILED"' in failed.text
         server.gateway.error = None
         for _ in range(400):  # the failed run lets go just after the answer
             if in_flight(server) == 0:

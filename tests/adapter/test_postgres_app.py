@@ -10,7 +10,9 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
 from tests.adapter.conftest import (
+    Server,
     delegated,
+    followed,
     fresh_schema,
     human,
     running,
@@ -31,25 +33,37 @@ async def env(database_url: str) -> AsyncIterator[dict[str, str]]:
         yield {"DATABASE_URL": database_url, "ORRERY_A2A_DB_SCHEMA": schema}
 
 
+async def subscribed(
+    server: Server, task_id: str, attached: asyncio.Event
+) -> list[pb.StreamResponse]:
+    async with server.client(ALICE_BOT, streaming=True) as client:
+        return await followed(client, task_id, attached)
+
+
+async def approve_and_resume(server: Server, pending: pb.Task) -> pb.Task:
+    """Alice approves the action `pending` waits on, then her agent resumes it on `server`."""
+    action_id = status_data(pending)["action_id"]
+    async with server.http(human("alice"), "approvals") as http:
+        decided = await http.post(f"/approvals/{action_id}", json={"decision": "approve"})
+    assert decided.status_code == 200
+    async with server.client(ALICE_BOT) as client:
+        return await send(
+            client, text_message("go", task_id=pending.id, context_id=pending.context_id)
+        )
+
+
 async def test_tasks_and_approvals_survive_a_restart(env: dict[str, str]) -> None:
     """Stop the adapter, start a new one: tasks, the pending approval and the gate still work."""
     async with running(env) as first, first.client(ALICE_BOT) as client:
         done = await send(client, text_message("how is payments?"))
         pending = await send(client, text_message("restart checkout"))
-    action_id = status_data(pending)["action_id"]
 
     async with running(env) as second:
         async with second.client(ALICE_BOT) as client:
             assert (await client.get_task(pb.GetTaskRequest(id=done.id))).artifacts
             listed = await client.list_tasks(pb.ListTasksRequest())
             assert {t.id for t in listed.tasks} == {done.id, pending.id}
-        async with second.http(human("alice"), "approvals") as http:
-            decided = await http.post(f"/approvals/{action_id}", json={"decision": "approve"})
-        assert decided.status_code == 200
-        async with second.client(ALICE_BOT) as client:
-            resumed = await send(
-                client, text_message("go", task_id=pending.id, context_id=pending.context_id)
-            )
+        resumed = await approve_and_resume(second, pending)
         assert resumed.status.state == pb.TASK_STATE_COMPLETED
 
 
@@ -66,15 +80,7 @@ async def test_two_replicas_share_tasks_with_the_same_isolation(env: dict[str, s
             with pytest.raises(TaskNotFoundError):
                 await client.get_task(pb.GetTaskRequest(id=pending.id))
             assert (await client.list_tasks(pb.ListTasksRequest())).total_size == 0
-        action_id = status_data(pending)["action_id"]
-        async with two.http(human("alice"), "approvals") as http:
-            assert (
-                await http.post(f"/approvals/{action_id}", json={"decision": "approve"})
-            ).status_code == 200
-        async with two.client(ALICE_BOT) as client:
-            resumed = await send(
-                client, text_message("go", task_id=pending.id, context_id=pending.context_id)
-            )
+        resumed = await approve_and_resume(two, pending)
         assert resumed.status.state == pb.TASK_STATE_COMPLETED
         async with one.client(ALICE_BOT) as client:
             final = await client.get_task(pb.GetTaskRequest(id=pending.id))
@@ -108,6 +114,28 @@ async def test_subscribe_on_another_replica_follows_the_running_turn(
         kinds = [event.WhichOneof("payload") for event in rest]
         assert kinds == ["artifact_update", "status_update"]
         assert rest[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
+async def test_subscribers_on_every_replica_hear_a_waiting_task_end(env: dict[str, str]) -> None:
+    """A task parked input-required on replica one, subscribed to on both replicas (twice on
+    each), approved and resumed on replica two: every subscriber hears the completion, and all
+    hear the same events in the same order."""
+    async with running(env) as one, running(env) as two:
+        async with one.client(ALICE_BOT) as client:
+            pending = await send(client, text_message("restart checkout"))
+        attached = [asyncio.Event() for _ in range(4)]
+        subscribers = [
+            asyncio.create_task(subscribed(replica, pending.id, ready))
+            for replica, ready in zip((one, one, two, two), attached, strict=True)
+        ]
+        await asyncio.gather(*(ready.wait() for ready in attached))
+        resumed = await approve_and_resume(two, pending)
+        assert resumed.status.state == pb.TASK_STATE_COMPLETED
+        streams = await asyncio.wait_for(asyncio.gather(*subscribers), timeout=30)
+    for events in streams:
+        assert events[0].task.status.state == pb.TASK_STATE_INPUT_REQUIRED
+        assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+        assert events == streams[0]
 
 
 async def test_cancel_on_another_replica_stops_the_running_turn(env: dict[str, str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from adapter.messages import MAX_BODY_BYTES
 from adapter.settings import AdapterSettings
 from runtime.errors import ConfigError
 from tests.adapter.conftest import KEYS_SPEC
@@ -74,3 +75,14 @@ def test_multi_replica_with_shared_stores_is_accepted() -> None:
         }
     )
     assert settings.multi_replica and settings.shared_stores
+
+
+def test_the_body_cap_never_refuses_a_legal_message() -> None:
+    """ORRERY_A2A_MAX_BODY_BYTES defaults to, and may not go below, the body of the longest legal
+    message in the worst escaping (messages.MAX_BODY_BYTES, Envoy's cap too)."""
+    base = {"ORRERY_A2A_ASSERTION_KEYS": KEYS_SPEC}
+    assert AdapterSettings.from_env(base).max_body_bytes == MAX_BODY_BYTES
+    larger = {**base, "ORRERY_A2A_MAX_BODY_BYTES": str(4 * MAX_BODY_BYTES)}
+    assert AdapterSettings.from_env(larger).max_body_bytes == 4 * MAX_BODY_BYTES
+    with pytest.raises(ConfigError, match="ORRERY_A2A_MAX_BODY_BYTES"):
+        AdapterSettings.from_env({**base, "ORRERY_A2A_MAX_BODY_BYTES": str(MAX_BODY_BYTES - 1)})

@@ -17,7 +17,7 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError
 from google.protobuf import timestamp_pb2
 
-from adapter.gateway import ConfirmationStore
+from adapter.gateway import ConfirmationStore, action_digest
 from adapter.principal import PrincipalUser
 from adapter.stores.memory import BoundedTaskStore, MemoryConfirmationStore
 from adapter.stores.postgres import PostgresStores, PostgresTaskStore
@@ -220,14 +220,14 @@ async def _confirmation_rules(stores: PostgresStores, now: list[float]) -> None:
     entry = await store.propose(PROPOSAL)
     assert await store.get(entry.action_id, subject="bob") is None
     assert await store.decide(entry.action_id, subject="bob", decision="approve") == "not_found"
-    assert await store.consume(entry.action_id, owner="k1") == "pending"
+    assert await store.consume(entry.action_id, owner="k1", digest=PROPOSAL.digest) == "pending"
     assert await store.decide(entry.action_id, subject="alice", decision="approve") == "approved"
     assert await store.decide(entry.action_id, subject="alice", decision="deny") == (
         "already_decided"
     )
-    assert await store.consume(entry.action_id, owner="k2") == "not_found"
-    assert await store.consume(entry.action_id, owner="k1") == "approved"
-    assert await store.consume(entry.action_id, owner="k1") == "consumed"
+    assert await store.consume(entry.action_id, owner="k2", digest=PROPOSAL.digest) == "not_found"
+    assert await store.consume(entry.action_id, owner="k1", digest=PROPOSAL.digest) == "approved"
+    assert await store.consume(entry.action_id, owner="k1", digest=PROPOSAL.digest) == "consumed"
     late = await store.propose(dataclasses.replace(PROPOSAL, task_id="t2"))
     now[0] += 61
     assert await store.decide(late.action_id, subject="alice", decision="approve") == "expired"
@@ -252,7 +252,10 @@ async def test_withdrawn_action_can_be_neither_decided_nor_run(
     assert await confirmations.decide(entry.action_id, subject="alice", decision="approve") == (
         "withdrawn"
     )
-    assert await confirmations.consume(entry.action_id, owner="k1") == "withdrawn"
+    assert (
+        await confirmations.consume(entry.action_id, owner="k1", digest=PROPOSAL.digest)
+        == "withdrawn"
+    )
     assert (await confirmations.get(entry.action_id, subject="alice")).status == "withdrawn"
 
 
@@ -261,7 +264,10 @@ async def test_an_approved_action_withdrawn_never_runs(confirmations: Confirmati
     entry = await confirmations.propose(PROPOSAL)
     await confirmations.decide(entry.action_id, subject="alice", decision="approve")
     await confirmations.withdraw(entry.action_id, owner="k1")
-    assert await confirmations.consume(entry.action_id, owner="k1") == "withdrawn"
+    assert (
+        await confirmations.consume(entry.action_id, owner="k1", digest=PROPOSAL.digest)
+        == "withdrawn"
+    )
 
 
 async def test_only_the_owner_can_withdraw(confirmations: ConfirmationStore) -> None:
@@ -281,7 +287,7 @@ async def test_a_settled_action_is_not_rewritten_by_withdraw(
     await confirmations.decide(denied.action_id, subject="alice", decision="deny")
     consumed = await confirmations.propose(PROPOSAL)
     await confirmations.decide(consumed.action_id, subject="alice", decision="approve")
-    await confirmations.consume(consumed.action_id, owner="k1")
+    await confirmations.consume(consumed.action_id, owner="k1", digest=PROPOSAL.digest)
     for entry, status in ((denied, "denied"), (consumed, "consumed")):
         await confirmations.withdraw(entry.action_id, owner="k1")
         assert (await confirmations.get(entry.action_id, subject="alice")).status == status
@@ -361,3 +367,26 @@ async def test_schema_creation_is_safe_when_replicas_start_together(database_url
         )
         for stores in opened:
             await stores.close()
+
+
+async def test_the_gate_lets_only_the_approved_action_run(confirmations: ConfirmationStore) -> None:
+    """The approval records the digest of the exact action proposed: consuming it for another
+    action (other args) is a `mismatch` that uses nothing up; the approved action consumes it,
+    once."""
+    entry = await confirmations.propose(PROPOSAL)
+    assert entry.digest == PROPOSAL.digest
+    await confirmations.decide(entry.action_id, subject="alice", decision="approve")
+    other = action_digest("restart_service", {"service": "another"})
+    assert await confirmations.consume(entry.action_id, owner="k1", digest=other) == "mismatch"
+    assert (await confirmations.get(entry.action_id, subject="alice")).status == "approved"
+    approved = PROPOSAL.digest
+    assert await confirmations.consume(entry.action_id, owner="k1", digest=approved) == "approved"
+    assert await confirmations.consume(entry.action_id, owner="k1", digest=approved) == "consumed"
+
+
+def test_the_action_digest_is_canonical() -> None:
+    """Key order and JSON spelling do not change the digest; any argument or the tool does."""
+    base = action_digest("restart_service", {"service": "checkout", "force": False})
+    assert base == action_digest("restart_service", {"force": False, "service": "checkout"})
+    assert base != action_digest("restart_service", {"service": "checkout", "force": True})
+    assert base != action_digest("rollback_service", {"service": "checkout", "force": False})

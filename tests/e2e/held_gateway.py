@@ -2,9 +2,11 @@
 
 It is the demo gateway, except that a message `hold <name>` waits until the file `<name>` exists
 in the directory `ORRERY_E2E_RELEASE_DIR`, then answers what the demo gateway answers for "how is
-checkout?". The adapter loads it with `ORRERY_A2A_GATEWAY=tests.e2e.held_gateway:create`, so a
-test keeps a turn running (to subscribe to it, cancel it, or keep its stream silent) and ends it
-by creating the file. A fake at a seam we own (`AgentGateway`), never in front of Envoy or authz.
+checkout?", and a message `fail` makes the gateway raise (with internals in the exception's
+text, which must never reach the caller). The adapter loads it with
+`ORRERY_A2A_GATEWAY=tests.e2e.held_gateway:create`, so a test keeps a turn running (to subscribe
+to it, cancel it, or keep its stream silent) and ends it by creating the file. A fake at a seam
+we own (`AgentGateway`), never in front of Envoy or authz.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from adapter.gateway import GatewayContext, Pending, Reply, Turn
 
 RELEASE_DIR = "ORRERY_E2E_RELEASE_DIR"
 HOLD = "hold "
+FAIL = "fail"
+SECRET = "db password hunter2 at 10.0.0.7"  # what a failing gateway's exception may carry
 _POLL_SECONDS = 0.05
 
 
@@ -28,6 +32,8 @@ class HeldGateway(DemoGateway):
         self._release_dir = release_dir
 
     async def run_in_session(self, turn: Turn) -> Reply | Pending:
+        if turn.text == FAIL:
+            raise RuntimeError(SECRET)
         if turn.text.startswith(HOLD):
             released = self._release_dir / turn.text.removeprefix(HOLD).strip()
             while not await asyncio.to_thread(released.exists):

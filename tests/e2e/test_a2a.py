@@ -6,13 +6,18 @@ turn that is still running, so it uses the edge whose turns a test holds open.
 
 from __future__ import annotations
 
+import json
+import uuid
+
+import httpx
 import pytest
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotFoundError
 
 from tests.adapter.conftest import reply_text, send, status_data, text_message
 from tests.e2e.conftest import SlowEdge
-from tests.e2e.edge import Edge, unique
+from tests.e2e.edge import JSONRPC_HEADERS, Edge, bearer, jsonrpc, message_params, unique
+from tests.e2e.held_gateway import FAIL, SECRET
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
 
@@ -135,3 +140,53 @@ async def test_a_task_id_from_nowhere_is_not_found(edge: Edge) -> None:
     async with edge.client(_agent(edge)) as client:
         with pytest.raises(TaskNotFoundError):
             await client.get_task(pb.GetTaskRequest(id="00000000-0000-0000-0000-000000000000"))
+
+
+async def test_a_retried_send_answers_the_first_task_without_running_again(edge: Edge) -> None:
+    """The same SendMessage (same messageId and text) sent twice: one task, the second answer
+    is the first's (A2A §3.3.1); another text under the id is refused."""
+    token, mid = _agent(edge), uuid.uuid4().hex
+    first = await edge.rpc(token, "SendMessage", message_params("restart checkout", messageId=mid))
+    again = await edge.rpc(token, "SendMessage", message_params("restart checkout", messageId=mid))
+    assert again.json()["result"] == first.json()["result"]
+    other = await edge.rpc(token, "SendMessage", message_params("restart search", messageId=mid))
+    assert other.json()["error"]["data"][0]["metadata"]["rule"] == "message_id_reused"
+
+
+async def test_a_notification_through_envoy_runs_nothing_and_gets_no_body(edge: Edge) -> None:
+    """A SendMessage without `id` (a JSON-RPC notification): 204, no body, no task."""
+    token = _agent(edge)
+    body = jsonrpc("SendMessage", message_params("restart checkout"))
+    del body["id"]
+    async with httpx.AsyncClient(timeout=60) as http:
+        response = await http.post(
+            f"{edge.url}/a2a", json=body, headers={**JSONRPC_HEADERS, **bearer(token)}
+        )
+    assert (response.status_code, response.content) == (204, b"")
+    listed = await edge.rpc(token, "ListTasks", {})
+    assert listed.json()["result"]["totalSize"] == 0
+
+
+async def test_a_utf16_body_through_envoy_is_a_parse_error(edge: Edge) -> None:
+    """JSON on the wire is UTF-8 (RFC 8259 §8.1): a UTF-16 body with a BOM is -32700."""
+    body = json.dumps(jsonrpc("GetTask", {"id": "x"})).encode("utf-16")
+    async with httpx.AsyncClient(timeout=60) as http:
+        response = await http.post(
+            f"{edge.url}/a2a", content=body, headers={**JSONRPC_HEADERS, **bearer(_agent(edge))}
+        )
+    assert response.json()["error"]["code"] == -32700
+
+
+async def test_a_failed_gateway_answers_the_failed_task_without_its_internals(
+    slow_edge: SlowEdge,
+) -> None:
+    """A gateway that raises: the blocking send answers its task, FAILED with the adapter's fixed
+    status message; the exception's text reaches neither the answer nor GetTask."""
+    edge, token = slow_edge.edge, _agent(slow_edge.edge)
+    response = await edge.rpc(token, "SendMessage", message_params(FAIL))
+    task = response.json()["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    assert task["status"]["message"]["parts"][0]["text"].startswith("The agent could not finish")
+    stored = await edge.rpc(token, "GetTask", {"id": task["id"]})
+    assert stored.json()["result"]["status"]["state"] == "TASK_STATE_FAILED"
+    assert SECRET not in response.text and SECRET not in stored.text

@@ -58,7 +58,7 @@ async def test_the_delegating_human_approves_and_the_resume_runs_it_once(
     action = status_data(task)
     assert set(action) == {"action_id", "tool", "args", "level", "expires_at", "approve_url"}
     assert (action["tool"], action["level"]) == ("restart_service", "L3")
-    assert action["args"] == {"service": "checkout", "requested": "restart checkout"}
+    assert action["args"] == {"service": "checkout"}  # the exact action: what runs, once approved
     assert action["approve_url"] == f"{edge.url}/approvals/{action['action_id']}"
 
     async with httpx.AsyncClient(timeout=60) as http:

@@ -23,6 +23,7 @@ import httpx
 import pytest
 import yaml
 
+from adapter.messages import MAX_BODY_BYTES
 from stack import envoy_config
 from stack.edge_policy import EdgePolicy
 from tests.e2e.conftest import (
@@ -396,12 +397,13 @@ def test_timeouts_bound_requests_but_keep_sse_streams_alive(
 def test_request_headers_and_bodies_are_capped(
     hcm: HttpConnectionManager, http_filters: dict[str, Any]
 ) -> None:
-    """Header bytes/count and the request body (64 KiB) have caps."""
+    """Header bytes/count and the request body have caps; the body cap is the adapter's: the
+    longest legal message in the worst escaping, plus room for the rest (docs/contract.md)."""
     assert hcm.max_request_headers_kb is not None and 8 < hcm.max_request_headers_kb <= 64
     assert hcm.common_http_protocol_options is not None
     assert hcm.common_http_protocol_options.max_headers_count is not None
     assert hcm.common_http_protocol_options.max_headers_count <= 100
-    assert http_filters[BUFFER].max_request_bytes == 64 * 1024
+    assert http_filters[BUFFER].max_request_bytes == MAX_BODY_BYTES
 
 
 def test_buffering_before_authz_is_bounded(
@@ -924,9 +926,9 @@ async def test_authz_setting_a_header_outside_the_contract_is_a_500(
 async def test_oversized_body_is_refused_before_authz(
     tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
 ) -> None:
-    """A body over 64 KiB gets a JSON 413 from Envoy; authz and the adapter see nothing."""
+    """A body over the cap gets a JSON 413 from Envoy; authz and the adapter see nothing."""
     async with envoy_for(tmp_path, authz_port=fake_authz.port, adapter_port=recorder.port) as envoy:
-        response = await raw_request(envoy.port, "POST", "/a2a", body=b"x" * (64 * 1024 + 1))
+        response = await raw_request(envoy.port, "POST", "/a2a", body=b"x" * (MAX_BODY_BYTES + 1))
     assert response.status == 413
     assert response.headers["content-type"] == "application/json"
     assert json.loads(response.body)["error"] == "body_too_large"
