@@ -248,10 +248,21 @@ def build_parser() -> argparse.ArgumentParser:
         ("admin", "the admin API (keep it on loopback)"),
         ("authz", "the authz cluster's endpoint"),
         ("adapter", "the adapter cluster's endpoint"),
+        ("diag", "the diagnostics listener (/healthz, /readyz, /metrics)"),
     ):
         render_cmd.add_argument(
             f"--{name}", type=_address, metavar="HOST:PORT", help=f"{what} (unchanged if absent)"
         )
+    render_cmd.add_argument(
+        "--tls-cert", type=Path, metavar="PATH", help="TLS on the listener: the PEM chain"
+    )
+    render_cmd.add_argument("--tls-key", type=Path, metavar="PATH", help="its PEM private key")
+    render_cmd.add_argument(
+        "--client-ca",
+        type=Path,
+        metavar="PATH",
+        help="mTLS: require a client certificate signed by this PEM CA (needs --tls-cert)",
+    )
 
     return parser
 
@@ -388,6 +399,17 @@ def _cmd_explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return subprocess.run(argv, env=child, check=False).returncode  # noqa: S603 - our authz
 
 
+def _tls_files(args: argparse.Namespace) -> envoy_config.TlsFiles | None:
+    """`--tls-cert`/`--tls-key` come together; `--client-ca` only on top of them."""
+    if args.tls_cert is None and args.tls_key is None:
+        if args.client_ca is not None:
+            raise ConfigError(["--client-ca: needs --tls-cert and --tls-key (mTLS is TLS first)"])
+        return None
+    if args.tls_cert is None or args.tls_key is None:
+        raise ConfigError(["--tls-cert, --tls-key: give both or neither"])
+    return envoy_config.TlsFiles(args.tls_cert, args.tls_key, args.client_ca)
+
+
 def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     rendered = envoy_config.render(
         envoy_config.load(args.source),
@@ -395,6 +417,8 @@ def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         admin=args.admin,
         authz=args.authz,
         adapter=args.adapter,
+        diag=args.diag,
+        tls=_tls_files(args),
     )
     if args.out is None:
         import yaml

@@ -270,7 +270,7 @@ def envoy_yaml_with_timeouts(path: Path, *, idle: str, request: str) -> Path:
     `idle_timeout` change, so a test can prove in seconds what the real file promises in minutes.
     """
     config = envoy_config.load(envoy_config.repo_config_path())
-    (listener,) = config["static_resources"]["listeners"]
+    listener = envoy_config.listener(config)
     manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
     manager["request_timeout"] = request
     manager["stream_idle_timeout"] = idle
