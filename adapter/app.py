@@ -197,12 +197,19 @@ class _Probes:
         )
 
     async def metrics(self, _: web.Request) -> web.StreamResponse:
-        try:
-            self._metrics.tasks_stored.set(await self._stores.tasks.count())
-        except Exception as exc:  # noqa: BLE001 - keep serving the other metrics
-            logs.event(
-                logger, "metrics_store_unavailable", logging.WARNING, error_type=type(exc).__name__
-            )
+        for gauge, read in (
+            (self._metrics.tasks_stored, self._stores.tasks.count),
+            (self._metrics.approvals_pending, self._stores.confirmations.pending),
+        ):
+            try:
+                gauge.set(await read())
+            except Exception as exc:  # noqa: BLE001 - keep serving the other metrics
+                logs.event(
+                    logger,
+                    "metrics_store_unavailable",
+                    logging.WARNING,
+                    error_type=type(exc).__name__,
+                )
         self._metrics.in_flight.set(self._limiter.in_flight())
         body, content_type = self._metrics.render()
         return web.Response(body=body, headers={"Content-Type": content_type})

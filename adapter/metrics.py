@@ -6,6 +6,8 @@
 * `orrery_a2a_request_seconds{method}` — handling time (for a stream, until it ends).
 * `orrery_a2a_turns_in_flight` — turns holding an in-flight slot in this process.
 * `orrery_a2a_tasks_stored` — tasks in the task store (all owners), read at scrape time.
+* `orrery_a2a_approvals_pending` — guarded actions waiting for their human (all subjects,
+  unexpired), read at scrape time.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ class Metrics:
         self.tasks_stored = Gauge(
             "orrery_a2a_tasks_stored",
             "Tasks in the task store (all owners).",
+            registry=self.registry,
+        )
+        self.approvals_pending = Gauge(
+            "orrery_a2a_approvals_pending",
+            "Guarded actions waiting for a decision (all subjects, unexpired).",
             registry=self.registry,
         )
 

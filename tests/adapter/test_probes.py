@@ -40,7 +40,7 @@ async def test_request_log_event_carries_ids_but_no_credentials(
 
 
 async def test_metrics_count_requests_by_method_and_outcome(server: Server) -> None:
-    """Requests, outcomes, turns in flight and tasks stored are exported."""
+    """Requests, outcomes, turns in flight, tasks stored and approvals pending are exported."""
     await server.rpc(
         delegated(),
         "SendMessage",
@@ -57,3 +57,4 @@ async def test_metrics_count_requests_by_method_and_outcome(server: Server) -> N
     assert 'orrery_a2a_requests_total{method="unknown",outcome="METHOD_NOT_FOUND"} 1.0' in text
     assert "orrery_a2a_turns_in_flight 0.0" in text
     assert "orrery_a2a_tasks_stored 1.0" in text
+    assert "orrery_a2a_approvals_pending 0.0" in text
