@@ -138,6 +138,12 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
         help="authz and adapter processes behind Envoy (ORRERY_A2A_REPLICAS; 1); more than one"
         " needs DATABASE_URL and ORRERY_A2A_REDIS_URL",
     )
+    for flag, variable, text in (
+        ("--tls-cert", "ORRERY_A2A_TLS_CERT", "TLS on Envoy's listener: the PEM chain"),
+        ("--tls-key", "ORRERY_A2A_TLS_KEY", "its PEM private key"),
+        ("--client-ca", "ORRERY_A2A_TLS_CLIENT_CA", "mTLS: the PEM CA of client certificates"),
+    ):
+        parser.add_argument(flag, dest=variable, metavar="PATH", help=f"{text} ({variable})")
     parser.add_argument(
         "--envoy-config",
         dest="ORRERY_A2A_ENVOY_CONFIG",

@@ -18,7 +18,7 @@ from runtime.addresses import Address
 from runtime.env import EnvReader
 from runtime.errors import ConfigError
 from stack.addresses import NotLoopback, require_loopback
-from stack.envoy_config import repo_config_path
+from stack.envoy_config import TlsFiles, repo_config_path
 from stack.state import default_state_dir
 
 # variable → (flag of `orrery-a2a up`, default)
@@ -49,6 +49,7 @@ class StackSettings:
     public_url: str | None = None
     # The user's own card-signing keys; without them `up` signs with a per-run key.
     card_signing_keys: str | None = None
+    tls: TlsFiles | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StackSettings:
@@ -84,5 +85,26 @@ class StackSettings:
             replicas=reader.integer("ORRERY_A2A_REPLICAS", 1, minimum=1, maximum=8),
             public_url=reader.raw("ORRERY_A2A_PUBLIC_URL") or None,
             card_signing_keys=reader.raw("ORRERY_A2A_CARD_SIGNING_KEYS") or None,
+            tls=_tls(reader),
         )
         return settings, reader.problems
+
+
+TLS_FILES = ("ORRERY_A2A_TLS_CERT", "ORRERY_A2A_TLS_KEY", "ORRERY_A2A_TLS_CLIENT_CA")
+
+
+def _tls(reader: EnvReader) -> TlsFiles | None:
+    """The listener's PEM files: certificate and key together, a client CA only on top."""
+    paths = {name: reader.string(name, "") for name in TLS_FILES}
+    for name, path in paths.items():
+        if path and not Path(path).is_file():
+            reader.problem(name, f"no such file: {path}")
+    cert, key, client_ca = (paths[name] for name in TLS_FILES)
+    if bool(cert) != bool(key):
+        reader.problem("ORRERY_A2A_TLS_CERT", "set both ORRERY_A2A_TLS_CERT and _KEY, or neither")
+        return None
+    if client_ca and not cert:
+        reader.problem("ORRERY_A2A_TLS_CLIENT_CA", "mTLS needs ORRERY_A2A_TLS_CERT and _KEY")
+    if not cert:
+        return None
+    return TlsFiles(Path(cert), Path(key), Path(client_ca) if client_ca else None)

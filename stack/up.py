@@ -248,7 +248,8 @@ class LocalStack:
         listen = settings.listen
         if listen[1] == 0:
             listen = (listen[0], free_port(listen[0]))
-        url = f"http://{client_host(listen)}"
+        scheme = "http" if settings.tls is None else "https"
+        url = f"{scheme}://{client_host(listen)}"
         # A user-set ORRERY_A2A_PUBLIC_URL (a proxy or port forward in front) is what the card
         # advertises; `check` had the adapter validate it before anything started.
         wiring = Wiring(
@@ -281,6 +282,7 @@ class LocalStack:
             admin=settings.admin,
             authz=authz_addresses,
             adapter=adapter_addresses,
+            tls=settings.tls,
         )
         config_path = self.state_dir / ENVOY_CONFIG_FILE
         envoy_config.write(config, config_path)

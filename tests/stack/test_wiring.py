@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from runtime.errors import ConfigError
+from stack.envoy_config import TlsFiles
 from stack.settings import StackSettings
 from stack.wiring import Wiring, adapter_env, authz_env, child_env
 
@@ -45,6 +48,28 @@ def test_every_bad_setting_is_named_at_once() -> None:
         )
     names = [problem.split(":")[0] for problem in failed.value.problems]
     assert names == ["ORRERY_A2A_AUTHZ_ADDR", "ORRERY_A2A_ISSUER_ADDR", "ORRERY_A2A_ENVOY_CONFIG"]
+
+
+def test_tls_files_come_as_a_pair_and_must_exist(tmp_path: Path) -> None:
+    """Certificate and key together (a client CA only on top); each file must exist."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_text("pem"), key.write_text("pem")
+    settings = StackSettings.from_env(
+        {"ORRERY_A2A_TLS_CERT": str(cert), "ORRERY_A2A_TLS_KEY": str(key)}
+    )
+    assert settings.tls == TlsFiles(cert, key)
+    assert StackSettings.from_env({}).tls is None
+    for env, name in (
+        ({"ORRERY_A2A_TLS_CERT": str(cert)}, "ORRERY_A2A_TLS_CERT"),
+        ({"ORRERY_A2A_TLS_CLIENT_CA": str(cert)}, "ORRERY_A2A_TLS_CLIENT_CA"),
+        (
+            {"ORRERY_A2A_TLS_CERT": str(cert), "ORRERY_A2A_TLS_KEY": str(tmp_path / "none")},
+            "ORRERY_A2A_TLS_KEY",
+        ),
+    ):
+        with pytest.raises(ConfigError) as failed:
+            StackSettings.from_env(env)
+        assert [problem.split(":")[0] for problem in failed.value.problems] == [name]
 
 
 def test_authz_is_wired_to_the_dev_issuer_and_this_runs_keys() -> None:
