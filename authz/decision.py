@@ -3,7 +3,8 @@
 `Decider.decide` runs authz's checks (docs/contract.md#authzs-denials) in order, cheapest
 refusal first:
 
-    0. route labels     unknown surface → 403 forbidden; no x-request-id → 400 bad_request
+    0. route            not a canonical route path, or a label that is unknown or disagrees with
+                        the path → 403 forbidden (`surfaces.py`); no x-request-id → 400 bad_request
     1. reserved header  → 400 reserved_header
     2. hop header       → 508 loop_detected
     3. Authorization    → 401 missing_credential / token_invalid
@@ -29,27 +30,22 @@ from authz.errors import Denial, Forbidden
 from authz.limits import Limiter
 from authz.principal import PrincipalMemo, RoleRules, SurfaceRules
 from authz.settings import TokenRules
+from authz.surfaces import surface_of
 from authz.tokens import TokenVerifier
 from contract import assertion
 from contract.headers import TRACEPARENT_HEADER
 from contract.identity import Kind, Principal, Surface
 from contract.tracing import trace_link
 
-# No label means the most restrictive surface (a route someone forgot to label).
-_SURFACES: Mapping[str | None, Surface] = {
-    None: "a2a",
-    "": "a2a",
-    "a2a": "a2a",
-    "approvals": "approvals",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class CheckView:
-    """What the decision needs from a check: headers (lowercase names) and the route's surface."""
+    """What the decision needs from a check: headers (lowercase names), the route's surface
+    label (our Envoy sets one; Istio cannot) and the request path (query string included)."""
 
     headers: Mapping[str, str]
     surface: str | None
+    path: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +95,10 @@ class Decider:
         self._clock = clock
 
     async def decide(self, view: CheckView) -> Allow | Deny:
-        surface = _SURFACES.get(view.surface)
-        if surface is None:
-            return Deny(Forbidden("this route names an unknown surface"), view.surface or "")
+        try:
+            surface = surface_of(view.surface, view.path)
+        except Denial as denial:
+            return Deny(denial, view.surface or "")
         rid: str | None = None
         who: Principal | None = None
         try:

@@ -44,7 +44,7 @@ def check_view(request: CheckRequest) -> CheckView:
             joined[name] = f"{joined[name]},{value}" if name in joined else value
         headers = joined
     extensions = request.attributes.context_extensions
-    return CheckView(headers=headers, surface=extensions.get("surface"))
+    return CheckView(headers=headers, surface=extensions.get("surface"), path=http.path)
 
 
 class AuthorizationService(external_auth_pb2_grpc.AuthorizationServicer):  # type: ignore[misc]

@@ -257,11 +257,15 @@ class RunningAuthz:
         *,
         token: str | None = None,
         surface: str | None = None,
-        path: str = "/a2a",
+        path: str | None = None,
         request_id: str | None = "req-1",
     ) -> CheckResponse:
+        """A Check as our Envoy sends it: `surface` is the route label, and the path is that
+        route's unless given."""
         request = CheckRequest()
         http = request.attributes.request.http
+        if path is None:
+            path = "/approvals/an-action-id" if surface == "approvals" else "/a2a"
         http.method, http.path = "POST", path
         if request_id is not None:
             http.headers["x-request-id"] = request_id

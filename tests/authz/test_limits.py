@@ -285,6 +285,7 @@ async def test_hung_redis_never_holds_a_check_past_the_timeout(
 
 def _request(token: str) -> CheckRequest:
     request = CheckRequest()
+    request.attributes.request.http.path = "/a2a"
     headers = request.attributes.request.http.headers
     headers["x-request-id"] = "req-1"
     headers["authorization"] = f"Bearer {token}"

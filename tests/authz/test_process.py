@@ -46,6 +46,7 @@ def environ(pid: int) -> dict[str, str]:
 def check_once(address: str, token: str) -> int:
     with grpc.insecure_channel(address) as channel:
         request = CheckRequest()
+        request.attributes.request.http.path = "/a2a"
         request.attributes.request.http.headers["x-request-id"] = "req-1"
         request.attributes.request.http.headers["authorization"] = f"Bearer {token}"
         response = external_auth_pb2_grpc.AuthorizationStub(channel).Check(request, timeout=30)
