@@ -365,10 +365,22 @@ def test_istio_sends_everything_but_the_public_card_to_authz(
     rules = renderings["istio"].one("AuthorizationPolicy")["spec"]["rules"]
     operations = [rule["to"][0]["operation"] for rule in rules]
     assert operations == [
-        {"notPaths": ["/.well-known/agent-card.json"]},
-        {"notMethods": ["GET"]},
+        {"ports": ["8081"], "notPaths": ["/.well-known/agent-card.json"]},
+        {"ports": ["8081"], "notMethods": ["GET"]},
     ]
     assert all(set(rule) == {"to"} for rule in rules)
+
+
+def test_istio_keeps_the_diagnostics_ports_out_of_the_mesh(
+    renderings: dict[str, Manifests],
+) -> None:
+    """Probes and scrapes reach authz's and the adapter's diag ports directly: the sidecar does
+    not capture them, so neither mTLS nor the CUSTOM policy (which would send /metrics to authz)
+    is in the way."""
+    manifests = renderings["istio"]
+    annotations = manifests.one("Deployment")["spec"]["template"]["metadata"]["annotations"]
+    excluded = annotations["traffic.sidecar.istio.io/excludeInboundPorts"].split(",")
+    assert sorted(int(port) for port in excluded) == [DIAG_PORTS["authz"], DIAG_PORTS["adapter"]]
 
 
 def test_namespace_enforces_restricted_pod_security(manifests: Manifests) -> None:
