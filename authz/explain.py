@@ -38,6 +38,8 @@ from contract.identity import Principal, Surface
 from contract.jose import json_object_segment
 
 TOKEN_VARIABLE = "ORRERY_A2A_TOKEN"  # noqa: S105 - the variable's name, not a secret
+# A canonical path of each surface's route, as Envoy would send it.
+ROUTE_PATHS: Mapping[Surface, str] = {"a2a": "/a2a", "approvals": "/approvals/explain"}
 SURFACES: tuple[Surface, ...] = get_args(Surface)
 ALLOWED_ON_SOME = 0
 DENIED_EVERYWHERE = 1
@@ -114,6 +116,7 @@ async def explain(settings: AuthzSettings, token: str) -> list[Verdict]:
             view = CheckView(
                 headers={"authorization": f"Bearer {token}", "x-request-id": f"explain-{surface}"},
                 surface=surface,
+                path=ROUTE_PATHS[surface],  # the surface is read from the path too
             )
             result = await decider.decide(view)
             if isinstance(result, Allow):
