@@ -26,7 +26,7 @@ ADDRESSES: Mapping[str, tuple[str, str]] = {
     "ORRERY_A2A_LISTEN_ADDR": ("--listen", "127.0.0.1:8080"),
     "ORRERY_A2A_ENVOY_ADMIN_ADDR": ("--admin", "127.0.0.1:9901"),
     "ORRERY_A2A_AUTHZ_ADDR": ("--authz", "127.0.0.1:9191"),
-    "ORRERY_A2A_AUTHZ_METRICS_ADDR": ("--authz-metrics", "127.0.0.1:9192"),
+    "ORRERY_A2A_AUTHZ_DIAG_ADDR": ("--authz-diag", "127.0.0.1:9192"),
     "ORRERY_A2A_ADAPTER_ADDR": ("--adapter", "127.0.0.1:8081"),
     "ORRERY_A2A_ISSUER_ADDR": ("--issuer", "127.0.0.1:8090"),
 }
@@ -37,7 +37,7 @@ class StackSettings:
     listen: Address
     admin: Address
     authz: Address
-    authz_metrics: Address
+    authz_diag: Address
     adapter: Address
     issuer: Address
     state_dir: Path
@@ -76,7 +76,7 @@ class StackSettings:
             listen=address["ORRERY_A2A_LISTEN_ADDR"],
             admin=address["ORRERY_A2A_ENVOY_ADMIN_ADDR"],
             authz=address["ORRERY_A2A_AUTHZ_ADDR"],
-            authz_metrics=address["ORRERY_A2A_AUTHZ_METRICS_ADDR"],
+            authz_diag=address["ORRERY_A2A_AUTHZ_DIAG_ADDR"],
             adapter=address["ORRERY_A2A_ADAPTER_ADDR"],
             issuer=address["ORRERY_A2A_ISSUER_ADDR"],
             state_dir=default_state_dir(env),

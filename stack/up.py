@@ -264,9 +264,7 @@ class LocalStack:
             authz = await self.supervisor.start(
                 self._component(name, [python, "-m", "authz"], authz_env(settings, wiring))
             )
-            self._ready(
-                authz, f"{authz.details.get('grpc')}, metrics {authz.details.get('metrics')}"
-            )
+            self._ready(authz, f"{authz.details.get('grpc')}, diag {authz.details.get('diag')}")
             authz_addresses.append(parse_address(str(authz.details["grpc"])))
         adapter_addresses = []
         for name in self._replica_names("adapter"):

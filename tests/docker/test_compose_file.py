@@ -119,7 +119,7 @@ def test_sidecar_addresses_match_envoys_clusters(project: compose.Project) -> No
     authz, adapter = project.services["authz"], project.services["adapter"]
     assert authz.environment["ORRERY_A2A_AUTHZ_ADDR"] == cluster("authz")
     assert adapter.environment["ORRERY_A2A_ADAPTER_ADDR"] == cluster("adapter")
-    assert authz.environment["ORRERY_A2A_AUTHZ_METRICS_ADDR"].startswith("127.0.0.1:")
+    assert authz.environment["ORRERY_A2A_AUTHZ_DIAG_ADDR"].startswith("127.0.0.1:")
 
 
 def test_images_are_pinned_upstream_releases_a_variable_can_replace(

@@ -22,7 +22,7 @@ def test_defaults_are_designs_ports() -> None:
     """Envoy 8080, admin 9901, authz 9191/9192, adapter 8081, issuer 8090, all loopback."""
     settings = StackSettings.from_env({})
     assert (settings.listen, settings.admin) == (("127.0.0.1", 8080), ("127.0.0.1", 9901))
-    assert (settings.authz, settings.authz_metrics) == (("127.0.0.1", 9191), ("127.0.0.1", 9192))
+    assert (settings.authz, settings.authz_diag) == (("127.0.0.1", 9191), ("127.0.0.1", 9192))
     assert (settings.adapter, settings.issuer) == (("127.0.0.1", 8081), ("127.0.0.1", 8090))
     assert settings.envoy_config.name == "envoy.yaml"
 
@@ -77,7 +77,7 @@ def test_authz_is_wired_to_the_dev_issuer_and_this_runs_keys() -> None:
     ES256 and the keys."""
     assert authz_env(StackSettings.from_env({}), WIRING) == {
         "ORRERY_A2A_AUTHZ_ADDR": "127.0.0.1:9191",
-        "ORRERY_A2A_AUTHZ_METRICS_ADDR": "127.0.0.1:9192",
+        "ORRERY_A2A_AUTHZ_DIAG_ADDR": "127.0.0.1:9192",
         "ORRERY_A2A_JWT_ISSUER": "http://127.0.0.1:8090",
         "ORRERY_A2A_JWKS_URL": "http://127.0.0.1:8090/.well-known/jwks.json",
         "ORRERY_A2A_JWT_AUDIENCE": "orrery-a2a",
@@ -122,7 +122,7 @@ def test_replicas_take_free_ports_and_the_adapters_must_share_state() -> None:
     settings = StackSettings.from_env({"ORRERY_A2A_REPLICAS": "2"})
     authz = authz_env(settings, WIRING)
     adapter = adapter_env(settings, WIRING)
-    assert (authz["ORRERY_A2A_AUTHZ_ADDR"], authz["ORRERY_A2A_AUTHZ_METRICS_ADDR"]) == (
+    assert (authz["ORRERY_A2A_AUTHZ_ADDR"], authz["ORRERY_A2A_AUTHZ_DIAG_ADDR"]) == (
         "127.0.0.1:0",
         "127.0.0.1:0",
     )
