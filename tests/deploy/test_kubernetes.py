@@ -23,6 +23,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from contract.assertion import new_keys_spec
 from stack import envoy_config
 from tests.certs import make_certs
 from tests.deploy.conftest import (
@@ -390,3 +391,44 @@ def test_namespace_enforces_restricted_pod_security(manifests: Manifests) -> Non
     assert {item["metadata"].get("namespace") for item in manifests.objects} - {None} == {
         "orrery-a2a"
     }
+
+
+SECRET_VALUES = {
+    "ORRERY_A2A_ASSERTION_KEYS": new_keys_spec("k1"),
+    "DATABASE_URL": "postgresql://orrery:secret@db.example:5432/orrery",
+    "ORRERY_A2A_REDIS_URL": "rediss://cache.example:6380/0",
+}
+
+
+def _environment(manifests: Manifests, container: Obj) -> dict[str, str]:
+    """The container's environment as the kubelet builds it: literal values, ConfigMap keys
+    from the rendered ConfigMaps, Secret keys from test values (the operator's Secrets)."""
+    config_maps = {
+        item["metadata"]["name"]: item.get("data", {}) for item in manifests.all("ConfigMap")
+    }
+    env: dict[str, str] = {}
+    for item in container.get("env", []):
+        source = item.get("valueFrom")
+        if source is None:
+            env[item["name"]] = item["value"]
+        elif "configMapKeyRef" in source:
+            ref = source["configMapKeyRef"]
+            env[item["name"]] = config_maps[ref["name"]][ref["key"]]
+        else:
+            env[item["name"]] = SECRET_VALUES[source["secretKeyRef"]["key"]]
+    return env
+
+
+def test_the_manifests_environment_is_valid_configuration(manifests: Manifests) -> None:
+    """authz and the adapter accept the environment each container gets (no ConfigError), with
+    the addresses the probes and Envoy expect."""
+    from adapter.settings import AdapterSettings
+    from authz.settings import AuthzSettings
+
+    authz = AuthzSettings.from_env(_environment(manifests, manifests.container("authz")))
+    assert authz.addr == ("127.0.0.1", 9191)
+    assert authz.diag_addr == ("0.0.0.0", DIAG_PORTS["authz"])  # noqa: S104
+    adapter = AdapterSettings.from_env(_environment(manifests, manifests.container("adapter")))
+    assert adapter.diag_addr == ("0.0.0.0", DIAG_PORTS["adapter"])  # noqa: S104
+    assert adapter.public_url.startswith("https://")
+    assert adapter.multi_replica is (manifests.name == "replicated")
