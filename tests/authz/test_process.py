@@ -143,18 +143,18 @@ def test_address_in_use_exits_1(started: list[EventProcess], jwks_file: Path) ->
 def test_a_taken_metrics_address_names_its_variable(
     started: list[EventProcess], jwks_file: Path
 ) -> None:
-    """The metrics port taken: one `startup_failed` naming ORRERY_A2A_AUTHZ_METRICS_ADDR, exit 1."""
+    """The diagnostics port taken: one `startup_failed` naming ORRERY_A2A_AUTHZ_DIAG_ADDR, exit 1."""
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
         env = {
             **base_env(jwks_file=jwks_file),
-            "ORRERY_A2A_AUTHZ_METRICS_ADDR": f"127.0.0.1:{port}",
+            "ORRERY_A2A_AUTHZ_DIAG_ADDR": f"127.0.0.1:{port}",
         }
         process = start(started, env)
         failure = process.wait_for("startup_failed")
-        assert failure["variable"] == "ORRERY_A2A_AUTHZ_METRICS_ADDR"
+        assert failure["variable"] == "ORRERY_A2A_AUTHZ_DIAG_ADDR"
         assert str(port) in failure["error"]
         assert "Address already in use" in failure["error"]
         assert process.finish() == 1

@@ -180,3 +180,23 @@ def test_envoy_config_command_refuses_half_a_tls_configuration(
     """A certificate without its key (or a client CA without TLS) is exit 2, never plain HTTP."""
     assert cli.main(["envoy-config", *flags], env={}) == 2
     assert problem in capsys.readouterr().err
+
+
+def test_envoy_config_takes_tls_from_the_environment_too(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """ORRERY_A2A_TLS_CERT/_KEY/_CLIENT_CA (what compose sets) render exactly like the flags;
+    empty values mean unset."""
+    flags = ["--tls-cert", "/t/c.pem", "--tls-key", "/t/k.pem", "--client-ca", "/t/ca.pem"]
+    assert cli.main(["envoy-config", *flags], env={}) == 0
+    by_flags = capsys.readouterr().out
+    env = {
+        "ORRERY_A2A_TLS_CERT": "/t/c.pem",
+        "ORRERY_A2A_TLS_KEY": "/t/k.pem",
+        "ORRERY_A2A_TLS_CLIENT_CA": "/t/ca.pem",
+    }
+    assert cli.main(["envoy-config"], env=env) == 0
+    assert capsys.readouterr().out == by_flags
+    assert cli.main(["envoy-config"], env=dict.fromkeys(env, "")) == 0
+    plain = yaml.safe_load(capsys.readouterr().out)
+    assert "transport_socket" not in envoy_config.listener(plain)["filter_chains"][0]
