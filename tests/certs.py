@@ -76,6 +76,14 @@ def _issue(
     return builder.sign(issuer_key, hashes.SHA256())
 
 
+def _client(
+    issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey],
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A client certificate (and its key) for the same agent name, signed by `issuer`."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    return _issue("agent.example", key, issuer, usage=ExtendedKeyUsageOID.CLIENT_AUTH), key
+
+
 def make_certs(directory: Path) -> Certs:
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -93,17 +101,8 @@ def make_certs(directory: Path) -> Certs:
             x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")),
         ],
     )
-    client_key = ec.generate_private_key(ec.SECP256R1())
-    client = _issue(
-        "agent.example", client_key, (ca.subject, ca_key), usage=ExtendedKeyUsageOID.CLIENT_AUTH
-    )
-    stranger_key = ec.generate_private_key(ec.SECP256R1())
-    stranger = _issue(
-        "agent.example",
-        stranger_key,
-        (stranger_ca.subject, stranger_ca_key),
-        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
-    )
+    client, client_key = _client((ca.subject, ca_key))
+    stranger, stranger_key = _client((stranger_ca.subject, stranger_ca_key))
     certs = Certs(
         ca=directory / "ca.crt",
         server_cert=directory / "tls.crt",

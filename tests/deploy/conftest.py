@@ -113,6 +113,27 @@ def env_of(container: Obj) -> Mapping[str, Obj]:
     return {item["name"]: item for item in container.get("env", [])}
 
 
+def environment(
+    container: Obj, config_maps: Mapping[str, Mapping[str, str]], secrets: Mapping[str, str]
+) -> dict[str, str]:
+    """The container's environment as the kubelet builds it: literal values, ConfigMap keys from
+    the rendered ConfigMaps, Secret keys from `secrets` (key → value: what the operator
+    created). Any other kind of source fails the test rather than being left out."""
+    env: dict[str, str] = {}
+    for item in container.get("env", []):
+        source = item.get("valueFrom")
+        if source is None:
+            env[item["name"]] = item["value"]
+        elif set(source) == {"configMapKeyRef"}:
+            ref = source["configMapKeyRef"]
+            env[item["name"]] = config_maps[ref["name"]][ref["key"]]
+        elif set(source) == {"secretKeyRef"}:
+            env[item["name"]] = secrets[source["secretKeyRef"]["key"]]
+        else:
+            pytest.fail(f"an env source the tests do not implement: {sorted(source)}")
+    return env
+
+
 @pytest.fixture(scope="session")
 def renderings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Manifests]:
     """base, replicated, istio, and `composed` (base + components), each rendered once."""

@@ -32,6 +32,7 @@ from tests.deploy.conftest import (
     Obj,
     crd_validator,
     env_of,
+    environment,
 )
 
 MIN_KUBERNETES = "1.29.0"  # restartable init containers (native sidecars) on by default
@@ -401,22 +402,10 @@ SECRET_VALUES = {
 
 
 def _environment(manifests: Manifests, container: Obj) -> dict[str, str]:
-    """The container's environment as the kubelet builds it: literal values, ConfigMap keys
-    from the rendered ConfigMaps, Secret keys from test values (the operator's Secrets)."""
     config_maps = {
         item["metadata"]["name"]: item.get("data", {}) for item in manifests.all("ConfigMap")
     }
-    env: dict[str, str] = {}
-    for item in container.get("env", []):
-        source = item.get("valueFrom")
-        if source is None:
-            env[item["name"]] = item["value"]
-        elif "configMapKeyRef" in source:
-            ref = source["configMapKeyRef"]
-            env[item["name"]] = config_maps[ref["name"]][ref["key"]]
-        else:
-            env[item["name"]] = SECRET_VALUES[source["secretKeyRef"]["key"]]
-    return env
+    return environment(container, config_maps, SECRET_VALUES)
 
 
 def test_the_manifests_environment_is_valid_configuration(manifests: Manifests) -> None:

@@ -1,8 +1,8 @@
 """Just enough of a kubelet to run the Kubernetes base's pod under Docker, as declared.
 
 `container_options` turns one container of a rendered pod spec into Docker options: the
-manifest's own command, environment (literal values, ConfigMap keys from the rendered
-ConfigMaps, Secret keys from what the test plays operator with), mounts (ConfigMap and Secret
+manifest's own command, the environment the kubelet would build (`tests.deploy.conftest.
+environment`: literal values, ConfigMap keys, Secret keys), mounts (ConfigMap and Secret
 volumes as read-only bind mounts of files written like the kubelet writes them, `emptyDir` with
 `medium: Memory` as tmpfs), security context (uid, gid, `fsGroup` as a supplementary group,
 read-only root, capabilities, no new privileges) and resource limits. A field it does not
@@ -64,25 +64,6 @@ def only(fields: Mapping[str, Any], known: set[str], where: str) -> None:
     unknown = set(fields) - known
     if unknown:
         refuse(f"{where}: {sorted(unknown)}")
-
-
-def environment(
-    container: Obj, config_maps: Mapping[str, Mapping[str, str]], secrets: Mapping[str, str]
-) -> dict[str, str]:
-    """The container's environment as the kubelet builds it (`secrets`: key → value)."""
-    env: dict[str, str] = {}
-    for item in container.get("env", []):
-        source = item.get("valueFrom")
-        if source is None:
-            env[item["name"]] = item["value"]
-        elif "configMapKeyRef" in source:
-            ref = source["configMapKeyRef"]
-            env[item["name"]] = config_maps[ref["name"]][ref["key"]]
-        elif "secretKeyRef" in source:
-            env[item["name"]] = secrets[source["secretKeyRef"]["key"]]
-        else:
-            refuse(f"env source {sorted(source)}")
-    return env
 
 
 def _bytes(quantity: str) -> int:

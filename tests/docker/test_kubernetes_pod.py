@@ -29,9 +29,9 @@ from stack.keys import load_signing_key
 from stack.tokens import Audiences, TokenKind, TokenRequest, claims_for, sign
 from stack.up import generate_secrets
 from tests.certs import make_certs
-from tests.deploy.conftest import KUBERNETES, Manifests, kustomize
+from tests.deploy.conftest import KUBERNETES, Manifests, environment, kustomize
 from tests.docker import engine
-from tests.docker.kubelet import container_options, environment, wait_for_probe, write_volume
+from tests.docker.kubelet import container_options, wait_for_probe, write_volume
 from tests.docker.pod import Pod, running_pod
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
