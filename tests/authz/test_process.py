@@ -140,10 +140,11 @@ def test_address_in_use_exits_1(started: list[EventProcess], jwks_file: Path) ->
     assert "set ORRERY_A2A_AUTHZ_ADDR to a free address" in failure["error"]
 
 
-def test_a_taken_metrics_address_names_its_variable(
+def test_a_taken_diagnostics_address_names_its_variable(
     started: list[EventProcess], jwks_file: Path
 ) -> None:
-    """The diagnostics port taken: one `startup_failed` naming ORRERY_A2A_AUTHZ_DIAG_ADDR, exit 1."""
+    """The diagnostics port taken: one `startup_failed` naming ORRERY_A2A_AUTHZ_DIAG_ADDR, and
+    exit 1."""
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()

@@ -362,12 +362,15 @@ def test_istio_runs_no_envoy_of_ours_and_calls_the_pods_own_authz(
 def test_istio_sends_everything_but_the_public_card_to_authz(
     renderings: dict[str, Manifests],
 ) -> None:
-    """The CUSTOM policy matches any path other than the card, and any method other than GET:
-    only `GET /.well-known/agent-card.json` skips authz."""
+    """The CUSTOM policy matches any path other than the two public documents, and any method
+    other than GET: only `GET` of the card and of its keys' JWKS skips authz."""
     rules = renderings["istio"].one("AuthorizationPolicy")["spec"]["rules"]
     operations = [rule["to"][0]["operation"] for rule in rules]
     assert operations == [
-        {"ports": ["8081"], "notPaths": ["/.well-known/agent-card.json"]},
+        {
+            "ports": ["8081"],
+            "notPaths": ["/.well-known/agent-card.json", "/.well-known/jwks.json"],
+        },
         {"ports": ["8081"], "notMethods": ["GET"]},
     ]
     assert all(set(rule) == {"to"} for rule in rules)

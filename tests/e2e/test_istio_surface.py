@@ -55,14 +55,15 @@ def istio_like(source: dict[str, Any], normalisation: str) -> dict[str, Any]:
             for istio_leaves_unset in ("allowed_headers", "decoder_header_mutation_rules"):
                 typed.pop(istio_leaves_unset)
     routes = manager["route_config"]["virtual_hosts"][0]["routes"]
-    card = next(route for route in routes if route["name"] == "agent_card")
-    card["typed_per_filter_config"].pop("envoy.filters.http.header_mutation")
+    public = [copy.deepcopy(r) for r in routes if r["name"] in ("agent_card", "card_keys")]
+    for route in public:  # only authz, not the sidecar, would keep reserved headers away
+        route["typed_per_filter_config"].pop("envoy.filters.http.header_mutation")
     everything = {
         "name": "inbound",
         "match": {"prefix": "/"},
         "route": {"cluster": "adapter", "timeout": "0s"},
     }
-    manager["route_config"]["virtual_hosts"][0]["routes"] = [card, everything]
+    manager["route_config"]["virtual_hosts"][0]["routes"] = [*public, everything]
     return config
 
 
