@@ -390,7 +390,7 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
 
 
 async def redis_up_gauge(authz: RunningAuthz) -> float:
-    return await metric(f"http://{authz.bound.metrics}/metrics", "orrery_authz_ratelimit_redis_up")
+    return await metric(f"http://{authz.bound.diag}/metrics", "orrery_authz_ratelimit_redis_up")
 
 
 def redis_events(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -179,7 +179,7 @@ class Edge:
     async def authz_metric(self, sample_name: str) -> float:
         """A metric of authz's, summed over its label sets (its loopback `/metrics`)."""
         return await metric(
-            f"http://{self.component('authz').details['metrics']}/metrics", sample_name
+            f"http://{self.component('authz').details['diag']}/metrics", sample_name
         )
 
     async def adapter_requests(self) -> float:
