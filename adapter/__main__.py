@@ -1,8 +1,10 @@
 """`python -m adapter`: serve until SIGTERM/SIGINT, then drain and exit 0.
 
 Logs one JSON `serving` event with the bound address once ready (so a parent can start it on port
-0). Bad configuration prints the one `ConfigError` (naming every bad variable) and exits 2; an
-address it cannot listen on is one `startup_failed` event naming the variable, and exit 1.
+0), and with `ORRERY_A2A_ADAPTER_DIAG_ADDR` the diagnostics address too (`diag`: `/healthz`,
+`/readyz`, `/metrics`, which then leave the A2A socket). Bad configuration prints the one
+`ConfigError` (naming every bad variable) and exits 2; an address it cannot listen on is one
+`startup_failed` event naming the variable, and exit 1.
 """
 
 from __future__ import annotations
@@ -17,18 +19,20 @@ os.environ.setdefault("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
 from collections.abc import Mapping, Sequence
 
-from adapter.app import bind, make_app, start
+from adapter.app import PROBES, LoopDiagnostics, bind, make_app, start
 from adapter.errors import GatewayLoadError
 from adapter.gateway import gateway_factory
 from adapter.settings import AdapterSettings
 from runtime import logs
 from runtime.addresses import format_address
 from runtime.checks import add_check_command, report
+from runtime.diag import DiagServer, Heartbeat
 from runtime.errors import ConfigError
 from runtime.serving import cannot_listen, log_serving, log_startup_failed
 from runtime.version import version
@@ -88,15 +92,36 @@ async def serve(settings: AdapterSettings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    log_serving(
-        logger,
-        addr=format_address((host, port)),
-        stores="postgresql" if settings.shared_stores else "memory",
-        limiter="redis" if settings.redis_url else "memory",
-    )
-    await stop.wait()
-    logs.event(logger, "stopping", grace_seconds=settings.shutdown_grace)
-    await runner.cleanup()
+    heartbeat = Heartbeat()
+    beating = asyncio.create_task(heartbeat.run())
+    diag = None
+    extra = {}
+    try:
+        if settings.diag_addr is not None:
+            diagnostics = LoopDiagnostics(app[PROBES], loop)
+            try:
+                diag = DiagServer.start(settings.diag_addr, diagnostics, heartbeat)
+            except OSError as exc:
+                raise cannot_listen(
+                    "ORRERY_A2A_ADAPTER_DIAG_ADDR", settings.diag_addr, exc
+                ) from None
+            extra["diag"] = format_address((settings.diag_addr[0], diag.port))
+        log_serving(
+            logger,
+            addr=format_address((host, port)),
+            stores="postgresql" if settings.shared_stores else "memory",
+            limiter="redis" if settings.redis_url else "memory",
+            **extra,
+        )
+        await stop.wait()
+        logs.event(logger, "stopping", grace_seconds=settings.shutdown_grace)
+    finally:
+        await runner.cleanup()  # drains streams; the diagnostics answer "not ready" meanwhile
+        beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beating
+        if diag is not None:
+            await asyncio.to_thread(diag.stop)
     logs.event(logger, "stopped")
 
 

@@ -8,6 +8,7 @@ Routes: `POST /a2a` and `/a2a/` (JSON-RPC), `GET /.well-known/agent-card.json` (
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from adapter.executor import GatewayExecutor, TaskContextBuilder
 from adapter.gateway import AgentGateway, GatewayContext, load_gateway
 from adapter.handler import RequestHandler
 from adapter.limits import IN_FLIGHT, SUBSCRIPTIONS, Cap, Limiter, MemoryLimiter, RedisLimiter
-from adapter.metrics import Metrics
+from adapter.metrics import CONTENT_TYPE, Metrics
 from adapter.retries import Retries
 from adapter.settings import AdapterSettings
 from adapter.stores import Stores, open_stores
@@ -36,6 +37,7 @@ from adapter.tracing import traced
 from adapter.turns import Turns
 from runtime import logs
 from runtime.addresses import address_family
+from runtime.diag import Readiness, on_loop
 from runtime.errors import ConfigError
 
 logger = logging.getLogger("adapter")
@@ -158,12 +160,13 @@ def _assemble(
         metrics=metrics,
     )
     approvals = ApprovalsEndpoint(settings.assertion_keys, gateway.confirmations, metrics)
-    probes = _Probes(stores, limiters, metrics)
+    probes = Probes(stores, limiters, metrics)
 
     app = web.Application(client_max_size=settings.max_body_bytes)
     app[AGENT] = handler
     app[GATEWAY] = gateway
     app[METRICS] = metrics
+    app[PROBES] = probes
     a2a = traced(tracer, "A2A", dispatcher.handle)
     app.router.add_post("/a2a", a2a)
     app.router.add_post("/a2a/", a2a)
@@ -171,11 +174,13 @@ def _assemble(
     app.router.add_get(JWKS_PATH, JsonDocument.of(signer.jwks).handle)
     app.router.add_post("/approvals/{action_id}", traced(tracer, "approvals", approvals.decide))
     app.router.add_get("/approvals/{action_id}", traced(tracer, "approvals", approvals.show))
-    app.router.add_get("/healthz", probes.healthz)
-    app.router.add_get("/readyz", probes.readyz)
-    app.router.add_get("/metrics", probes.metrics)
+    if settings.diag_addr is None:
+        app.router.add_get("/healthz", probes.healthz)
+        app.router.add_get("/readyz", probes.readyz)
+        app.router.add_get("/metrics", probes.metrics)
 
     async def on_shutdown(_: web.Application) -> None:
+        probes.stopping = True
         drain.start(settings.shutdown_grace)
 
     async def on_cleanup(_: web.Application) -> None:
@@ -188,16 +193,21 @@ def _assemble(
     return app
 
 
-class _Probes:
+class Probes:
+    """Liveness, readiness and metrics of the adapter, served on the A2A socket
+    (`/healthz`, `/readyz`, `/metrics`) or, with `ORRERY_A2A_ADAPTER_DIAG_ADDR`, only on the
+    diagnostics address (`runtime.diag`), so probes and scrapes never share the A2A socket.
+
+    Ready means the task store, the approval store and the in-flight limiter (Redis, when shared)
+    answer, and no stop has begun (a draining adapter leaves the load balancer's rotation first)."""
+
     def __init__(self, stores: Stores, limiters: _Limiters, metrics: Metrics) -> None:
         self._stores = stores
         self._limiters = limiters
         self._metrics = metrics
+        self.stopping = False
 
-    async def healthz(self, _: web.Request) -> web.StreamResponse:
-        return web.json_response({"status": "ok"})
-
-    async def readyz(self, _: web.Request) -> web.StreamResponse:
+    async def readiness(self) -> Readiness:
         checks: dict[str, str] = {}
         for name, ping in (
             ("tasks", self._stores.tasks.ping),
@@ -212,23 +222,61 @@ class _Probes:
                 logs.event(
                     logger, "not_ready", logging.WARNING, check=name, error_type=type(exc).__name__
                 )
-        ready = all(value == "ok" for value in checks.values())
+        checks["serving"] = "stopping" if self.stopping else "ok"
+        return Readiness(all(value == "ok" for value in checks.values()), checks)
+
+    async def render(self) -> bytes:
+        """The Prometheus text, with the gauges read at scrape time refreshed first."""
+        for gauge, read in (
+            (self._metrics.tasks_stored, self._stores.tasks.count),
+            (self._metrics.approvals_pending, self._stores.confirmations.pending),
+        ):
+            try:
+                gauge.set(await read())
+            except Exception as exc:  # noqa: BLE001 - keep serving the other metrics
+                logs.event(
+                    logger,
+                    "metrics_store_unavailable",
+                    logging.WARNING,
+                    error_type=type(exc).__name__,
+                )
+        self._metrics.in_flight.set(self._limiters.turns.in_flight())
+        self._metrics.subscriptions.set(self._limiters.subscriptions.in_flight())
+        return self._metrics.render()
+
+    async def healthz(self, _: web.Request) -> web.StreamResponse:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, _: web.Request) -> web.StreamResponse:
+        readiness = await self.readiness()
         return web.json_response(
-            {"status": "ready" if ready else "unavailable", "checks": checks},
-            status=200 if ready else 503,
+            {
+                "status": "ready" if readiness.ready else "unavailable",
+                "checks": dict(readiness.checks),
+            },
+            status=200 if readiness.ready else 503,
         )
 
     async def metrics(self, _: web.Request) -> web.StreamResponse:
-        try:
-            self._metrics.tasks_stored.set(await self._stores.tasks.count())
-        except Exception as exc:  # noqa: BLE001 - keep serving the other metrics
-            logs.event(
-                logger, "metrics_store_unavailable", logging.WARNING, error_type=type(exc).__name__
-            )
-        self._metrics.in_flight.set(self._limiters.turns.in_flight())
-        self._metrics.subscriptions.set(self._limiters.subscriptions.in_flight())
-        body, content_type = self._metrics.render()
-        return web.Response(body=body, headers={"Content-Type": content_type})
+        return web.Response(body=await self.render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+class LoopDiagnostics:
+    """`runtime.diag.Diagnostics` for the diagnostics thread: each answer is computed on the
+    adapter's event loop (the stores are asyncio clients), waited for with a bound."""
+
+    def __init__(self, probes: Probes, loop: asyncio.AbstractEventLoop) -> None:
+        self._probes = probes
+        self._loop = loop
+
+    def ready(self) -> Readiness:
+        return on_loop(self._loop, self._probes.readiness)
+
+    def metrics(self) -> bytes:
+        return on_loop(self._loop, self._probes.render)
+
+
+PROBES = web.AppKey("probes", Probes)
 
 
 async def start(

@@ -1,23 +1,56 @@
 """Prometheus metrics, in a registry per app (no process-global state).
 
 * `orrery_a2a_requests_total{method, outcome}` — every request: the JSON-RPC method (or the route:
-  `approvals`, `unknown`) and its outcome (`ok`, a refusal reason, or a JSON-RPC error reason such
-  as `TASK_NOT_FOUND`).
+  `approvals_decide`/`approvals_show`, `unknown`) and its outcome (`ok`, a refusal reason, or a
+  JSON-RPC error reason such as `TASK_NOT_FOUND`).
 * `orrery_a2a_request_seconds{method}` — handling time (for a stream, until it ends).
 * `orrery_a2a_turns_in_flight` — turns holding an in-flight slot in this process.
 * `orrery_a2a_subscriptions_open` — `SubscribeToTask` streams open in this process.
 * `orrery_a2a_tasks_stored` — tasks in the task store (all owners), read at scrape time.
+* `orrery_a2a_approvals_pending` — guarded actions waiting for their human (all subjects,
+  unexpired), read at scrape time.
+* `orrery_a2a_build_info{version}`, the standard `process_*` metrics, and no `*_created` series
+  (`runtime.metrics`).
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from runtime.metrics import describe_build, describe_process
+
+NAMESPACE = "orrery_a2a"
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+# A blocking answer takes milliseconds to a turn's seconds; a stream lasts until its task ends,
+# which Envoy caps at an hour (max_stream_duration): the buckets reach that far.
+REQUEST_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+    900,
+    3600,
+)
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        describe_build(NAMESPACE, self.registry)
+        describe_process(self.registry)
         self.requests = Counter(
             "orrery_a2a_requests",
             "A2A adapter requests by method and outcome.",
@@ -28,7 +61,7 @@ class Metrics:
             "orrery_a2a_request_seconds",
             "Time to answer a request (for a stream, until it ends).",
             ["method"],
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            buckets=REQUEST_BUCKETS,
             registry=self.registry,
         )
         self.in_flight = Gauge(
@@ -46,10 +79,16 @@ class Metrics:
             "Tasks in the task store (all owners).",
             registry=self.registry,
         )
+        self.approvals_pending = Gauge(
+            "orrery_a2a_approvals_pending",
+            "Guarded actions waiting for a decision (all subjects, unexpired).",
+            registry=self.registry,
+        )
 
     def observe(self, method: str, outcome: str, seconds: float) -> None:
         self.requests.labels(method, outcome).inc()
         self.seconds.labels(method).observe(seconds)
 
-    def render(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+    def render(self) -> bytes:
+        """The Prometheus text exposition (format 0.0.4, `CONTENT_TYPE`)."""
+        return generate_latest(self.registry)

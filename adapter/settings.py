@@ -16,6 +16,7 @@ from adapter.card_signing import CardSigningKey, parse_key_files
 from adapter.messages import MAX_BODY_BYTES
 from contract.assertion import AssertionKeys
 from contract.identity import DEFAULT_ROLE_AUTONOMY, parse_role_autonomy
+from runtime.addresses import Address
 from runtime.env import EnvReader, is_loopback_url
 
 DEFAULT_ADDR = "127.0.0.1:8081"
@@ -138,6 +139,16 @@ def _optional(reader: EnvReader, name: str, parse: Callable[[str], str]) -> str 
     return reader.parsed(name, "", parse, None)
 
 
+def _diag_address(reader: EnvReader) -> Address | None:
+    """`ORRERY_A2A_ADAPTER_DIAG_ADDR`, if set; never the A2A address itself."""
+    if not reader.raw("ORRERY_A2A_ADAPTER_DIAG_ADDR"):
+        return None
+    diag = reader.address("ORRERY_A2A_ADAPTER_DIAG_ADDR", "127.0.0.1:0")
+    if diag[1] != 0 and diag == reader.address("ORRERY_A2A_ADAPTER_ADDR", DEFAULT_ADDR):
+        reader.problem("ORRERY_A2A_ADAPTER_DIAG_ADDR", "must differ from ORRERY_A2A_ADAPTER_ADDR")
+    return diag
+
+
 @dataclass(frozen=True, slots=True)
 class AdapterSettings:
     """Everything the adapter needs to run; built once at start-up."""
@@ -161,6 +172,9 @@ class AdapterSettings:
     log_level: str
     card_auth: CardAuth
     card_signing_keys: tuple[CardSigningKey, ...] = ()
+    # Opt-in: `/healthz`, `/readyz`, `/metrics` on an address of their own (a pod's probes and
+    # scrapes), and then no longer on the A2A socket.
+    diag_addr: Address | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AdapterSettings:
@@ -222,6 +236,7 @@ class AdapterSettings:
                 if reader.raw("ORRERY_A2A_CARD_SIGNING_KEYS")
                 else ()
             ),
+            diag_addr=_diag_address(reader),
         )
         reader.finish()
         return settings

@@ -7,7 +7,8 @@ Exit codes: 0 after a clean stop, 2 for bad configuration (one message naming ev
 variable), 1 when the service cannot run (address in use, a worker died).
 
 Once listening it logs one `serving` event with the real addresses (port 0 picks free ports):
-`{"event": "serving", "grpc": "127.0.0.1:PORT", "metrics": "127.0.0.1:PORT", "workers": N, …}`.
+`{"event": "serving", "grpc": "127.0.0.1:PORT", "diag": "127.0.0.1:PORT", "workers": N, …}`
+(`diag`: the diagnostics address, `/healthz`, `/readyz`, `/metrics`).
 
 With `--workers N` (N > 1) N processes share the gRPC port (see `authz.workers`). Each worker has
 its own key store and token cache; the in-process rate limiter cannot be shared between

@@ -3,15 +3,17 @@
 `Decider.decide` runs authz's checks (docs/contract.md#authzs-denials) in order, cheapest
 refusal first:
 
-    0. route labels     unknown surface → 403 forbidden; no x-request-id → 400 bad_request
+    0. query            → 400 invalid_request (an access token in the query or a fragment: a
+                        credential leak is named as one, whatever else is wrong with the path)
+       route            not a canonical route path, or a label that is unknown or disagrees with
+                        the path → 403 forbidden (`surfaces.py`); no x-request-id → 400 bad_request
     1. reserved header  → 400 reserved_header
     2. hop header       → 508 loop_detected
-    3. query            → 400 invalid_request (an access token in the query)
-    4. Authorization    → 401 missing_credential / token_invalid
-    5. token            → 401 token_* / unknown_key, 503 keys_unavailable
-    6. principal        → 403 forbidden / insufficient_scope (incl. an identity too large to sign)
-    7. rate limit       → 429 rate_limited, 503 limiter_unavailable
-    8. allow            → the signed x-orrery-principal assertion (+ trace link)
+    3. Authorization    → 401 missing_credential / token_invalid
+    4. token            → 401 token_* / unknown_key, 503 keys_unavailable
+    5. principal        → 403 forbidden / insufficient_scope (incl. an identity too large to sign)
+    6. rate limit       → 429 rate_limited, 503 limiter_unavailable
+    7. allow            → the signed x-orrery-principal assertion (+ trace link)
 
 Nothing here knows about gRPC or protobuf: `service.py` turns a CheckRequest into a `CheckView`
 and the result into a CheckResponse; an HTTP ext_authz transport could do the same beside it.
@@ -30,25 +32,18 @@ from authz.errors import Denial, Forbidden
 from authz.limits import Limiter
 from authz.principal import PrincipalMemo, RoleRules, SurfaceRules
 from authz.settings import TokenRules
+from authz.surfaces import surface_of
 from authz.tokens import TokenVerifier
 from contract import assertion
 from contract.headers import TRACEPARENT_HEADER
 from contract.identity import Kind, Principal, Surface
 from contract.tracing import trace_link
 
-# No label means the most restrictive surface (a route someone forgot to label).
-_SURFACES: Mapping[str | None, Surface] = {
-    None: "a2a",
-    "": "a2a",
-    "a2a": "a2a",
-    "approvals": "approvals",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class CheckView:
     """What the decision needs from a check: headers (lowercase names), the route's surface
-    label and the request path (query string included)."""
+    label (our Envoy sets one; Istio cannot) and the request path (query string included)."""
 
     headers: Mapping[str, str]
     surface: str | None
@@ -102,16 +97,17 @@ class Decider:
         self._clock = clock
 
     async def decide(self, view: CheckView) -> Allow | Deny:
-        surface = _SURFACES.get(view.surface)
-        if surface is None:
-            return Deny(Forbidden("this route names an unknown surface"), view.surface or "")
+        try:
+            credentials.check_query(view.path)
+            surface = surface_of(view.surface, view.path)
+        except Denial as denial:
+            return Deny(denial, view.surface or "")
         rid: str | None = None
         who: Principal | None = None
         try:
             headers = view.headers
             rid = credentials.request_id(headers)
             credentials.check_reserved(headers)
-            credentials.check_query(view.path)
             token = credentials.bearer_token(headers)
             now = self._clock()
             verified = await self._verifier.verify(token, self._audiences[surface], now)

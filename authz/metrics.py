@@ -12,7 +12,10 @@ Names (all prefixed `orrery_authz_`):
 * `jwks_refresh_total{outcome}` — `updated`/`unchanged`/`error` for every key-set load;
   `jwks_keys` — keys currently loaded; `jwks_usable` — 1 while usable keys are loaded.
 * `ratelimit_evictions_total` — live in-process budgets forgotten because the subject bound was
-  reached; `ratelimit_redis_up` — 0 while Checks use the fallback instead of Redis.
+  reached; `ratelimit_redis_up` — 0 while Checks use the fallback instead of Redis (only when
+  Redis is configured: without it there is nothing to be up or down).
+* `build_info{version}`, the standard `process_*` metrics, and no `*_created` series
+  (`runtime.metrics`).
 
 With `--workers N` each worker writes to a shared directory (prometheus_client multiprocess mode)
 and the parent serves the sum; gauges then report the minimum across workers.
@@ -23,6 +26,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from authz.jwks import RefreshOutcome
+from runtime.metrics import describe_build
 
 NAMESPACE = "orrery_authz"
 # Checks take tens of microseconds to a few milliseconds; the last buckets catch JWKS waits.
@@ -44,9 +48,10 @@ LATENCY_BUCKETS = (
 
 
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, redis: bool = False) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
+        describe_build(NAMESPACE, r)
         self.decisions = Counter(
             "decisions",
             "Check decisions by outcome and reason code.",
@@ -97,14 +102,16 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
-        self.ratelimit_redis_up = Gauge(
-            "ratelimit_redis_up",
-            "0 while Checks use the fallback limit instead of Redis.",
-            multiprocess_mode="min",
-            namespace=NAMESPACE,
-            registry=r,
-        )
-        self.ratelimit_redis_up.set(1)
+        self.ratelimit_redis_up: Gauge | None = None
+        if redis:
+            self.ratelimit_redis_up = Gauge(
+                "ratelimit_redis_up",
+                "0 while Checks use the fallback limit instead of Redis.",
+                multiprocess_mode="min",
+                namespace=NAMESPACE,
+                registry=r,
+            )
+            self.ratelimit_redis_up.set(1)
         self._hit = self.token_cache.labels("hit")
         self._miss = self.token_cache.labels("miss")
         self._decision_children: dict[tuple[str, str], Counter] = {}
@@ -127,4 +134,5 @@ class Metrics:
         self.jwks_keys.set(keys)
 
     def redis_state(self, up: bool) -> None:
-        self.ratelimit_redis_up.set(1 if up else 0)
+        if self.ratelimit_redis_up is not None:
+            self.ratelimit_redis_up.set(1 if up else 0)

@@ -5,7 +5,7 @@ sent a valid `traceparent`) with overwrite semantics spelled out twice — `appe
 `append_action=OVERWRITE_IF_EXISTS_OR_ADD` — because Envoy versions have disagreed about what an
 unset `append` means (envoy#43310: 1.37 briefly appended, letting a client copy through). Remove
 `authorization` (the adapter never sees credentials) and `traceparent`/`tracestate` (an inbound
-trace becomes a span link, not a parent).
+trace becomes a span link, not a parent), and `x-orrery-trace-link` when authz sets none.
 
 Denial (`DeniedHttpResponse`): the status, `content-type: application/json`, `cache-control:
 no-store`, RFC 6750 `WWW-Authenticate` on 401 (and on 403 `insufficient_scope`), `Retry-After`
@@ -64,20 +64,21 @@ def _header(key: str, value: str) -> HeaderValueOption:
     )
 
 
-def _allow_template(*header_names: str) -> CheckResponse:
+def _allow_template(*header_names: str, remove: tuple[str, ...]) -> CheckResponse:
     return CheckResponse(
         status=Status(code=code_pb2.OK),
         ok_response=OkHttpResponse(
             headers=[_header(name, "") for name in header_names],
-            headers_to_remove=REMOVED_HEADERS,
+            headers_to_remove=remove,
         ),
     )
 
 
 # Built once; `allowed` copies one and fills in the values (about 7x cheaper than building the
-# nested messages from keyword arguments on every Check).
-_ALLOW = _allow_template(PRINCIPAL_HEADER)
-_ALLOW_WITH_LINK = _allow_template(PRINCIPAL_HEADER, TRACE_LINK_HEADER)
+# nested messages from keyword arguments on every Check). Without a link, a client's
+# x-orrery-trace-link is removed too: our Envoy strips it before routing, Istio's sidecar does not.
+_ALLOW = _allow_template(PRINCIPAL_HEADER, remove=(*REMOVED_HEADERS, TRACE_LINK_HEADER))
+_ALLOW_WITH_LINK = _allow_template(PRINCIPAL_HEADER, TRACE_LINK_HEADER, remove=REMOVED_HEADERS)
 
 
 def allowed(assertion: str, trace_link: str | None) -> CheckResponse:

@@ -1,9 +1,11 @@
-"""Assembling and running one authz process: gRPC Check + health, metrics, graceful stop.
+"""Assembling and running one authz process: gRPC Check + health, diagnostics, graceful stop.
 
 `serve()` wires the request path (key store → verifier → decider → service) to a grpc.aio
 server, keeps the gRPC health status (`grpc.health.v1`, service "" and
 `envoy.service.auth.v3.Authorization`) equal to "usable keys are loaded", and on stop: reports
 NOT_SERVING, lets in-flight Checks finish (`SHUTDOWN_GRACE`), then closes the background tasks.
+The diagnostics address (`runtime.diag`: `/healthz`, `/readyz`, `/metrics`) says the same thing
+over HTTP: ready while usable keys are loaded and no stop has begun.
 
 `--workers N` (see `__main__`) runs N of these in separate processes on one port with
 SO_REUSEPORT; a single process refuses to share its port, so two instances started by mistake
@@ -13,20 +15,17 @@ on one address fail loudly instead of splitting traffic.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from socketserver import ThreadingMixIn
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
 from envoy.service.auth.v3 import external_auth_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry, generate_latest
 
 from authz.decision import Decider
 from authz.jwks import KeyStore, source_for
@@ -36,7 +35,9 @@ from authz.service import AuthorizationService
 from authz.settings import AuthzSettings
 from authz.tokens import TokenVerifier
 from runtime import logs
-from runtime.addresses import address_family, format_address, is_ipv6
+from runtime.addresses import address_family, format_address
+from runtime.diag import DiagServer, Heartbeat, Readiness
+from runtime.metrics import describe_process
 from runtime.serving import CannotListen, cannot_listen
 
 AUTHZ_SERVICE = "envoy.service.auth.v3.Authorization"
@@ -58,7 +59,7 @@ class Bound:
     """Where this process actually listens (the ports the OS chose for port 0)."""
 
     grpc: str
-    metrics: str | None
+    diag: str | None
     keys_usable: bool
 
 
@@ -86,39 +87,32 @@ def probe_bind(addr: tuple[str, int]) -> None:
             raise cannot_listen("ORRERY_A2A_AUTHZ_ADDR", addr, exc) from None
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        """Scrapes are not worth a log line each."""
+class RegistryDiagnostics:
+    """authz's answers on its diagnostics address: ready while `usable()` and not stopping, and
+    the Prometheus text of `registry` (one process's, or the workers' merged one)."""
+
+    def __init__(self, registry: CollectorRegistry, usable: Callable[[], bool]) -> None:
+        self._registry = registry
+        self._usable = usable
+        self.stopping = False
+
+    def ready(self) -> Readiness:
+        keys = "ok" if self._usable() else "unusable"
+        stopping = "stopping" if self.stopping else "ok"
+        return Readiness(keys == "ok" and not self.stopping, {"keys": keys, "serving": stopping})
+
+    def metrics(self) -> bytes:
+        return generate_latest(self._registry)
 
 
-class MetricsServer(ThreadingMixIn, WSGIServer):
-    """Prometheus text exposition on its own threads, off the event loop."""
-
-    daemon_threads = True
-
-    @staticmethod
-    def start(addr: tuple[str, int], registry: CollectorRegistry) -> MetricsServer:
-        """Serve on `addr` (`CannotListen` naming ORRERY_A2A_AUTHZ_METRICS_ADDR if taken)."""
-        host, port = addr
-        kind = _MetricsServer6 if is_ipv6(host) else MetricsServer
-        try:
-            server = make_server(
-                host, port, make_wsgi_app(registry), kind, handler_class=_QuietHandler
-            )
-        except OSError as exc:
-            raise cannot_listen("ORRERY_A2A_AUTHZ_METRICS_ADDR", addr, exc) from None
-        threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
-        return server
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-
-
-class _MetricsServer6(MetricsServer):
-    address_family = socket.AF_INET6
+def start_diag(
+    addr: tuple[str, int], diagnostics: RegistryDiagnostics, heartbeat: Heartbeat | None = None
+) -> DiagServer:
+    """The diagnostics server on `addr` (`CannotListen` naming ORRERY_A2A_AUTHZ_DIAG_ADDR)."""
+    try:
+        return DiagServer.start(addr, diagnostics, heartbeat)
+    except OSError as exc:
+        raise cannot_listen("ORRERY_A2A_AUTHZ_DIAG_ADDR", addr, exc) from None
 
 
 def stop_on_signals(stop: asyncio.Event) -> None:
@@ -133,12 +127,12 @@ async def run(
     on_ready: Callable[[Bound], None],
     *,
     reuse_port: bool = False,
-    serve_metrics: bool = True,
+    serve_diag: bool = True,
 ) -> None:
     """`serve` until SIGTERM or SIGINT: the body of `python -m authz` and of each worker."""
     stop = asyncio.Event()
     stop_on_signals(stop)
-    await serve(settings, stop, on_ready, reuse_port=reuse_port, serve_metrics=serve_metrics)
+    await serve(settings, stop, on_ready, reuse_port=reuse_port, serve_diag=serve_diag)
 
 
 async def serve(
@@ -147,10 +141,11 @@ async def serve(
     on_ready: Callable[[Bound], None],
     *,
     reuse_port: bool = False,
-    serve_metrics: bool = True,
+    serve_diag: bool = True,
 ) -> None:
-    """Run until `stop` is set; raise `OSError` when the gRPC address cannot be bound."""
-    metrics = Metrics()
+    """Run until `stop` is set; raise `OSError` when the gRPC or diagnostics address cannot be
+    bound. A worker (`serve_diag=False`) leaves diagnostics to its parent."""
+    metrics = Metrics(redis=settings.limits.redis_url is not None)
     health_servicer = health.aio.HealthServicer()
 
     async def on_usable(usable: bool) -> None:
@@ -200,21 +195,29 @@ async def serve(
         raise CannotListen(
             "ORRERY_A2A_AUTHZ_ADDR", settings.addr, "address in use or not available"
         ) from exc
-    metrics_server = None
+    diagnostics = RegistryDiagnostics(metrics.registry, keys.usable)
+    heartbeat = Heartbeat()
+    beating = asyncio.create_task(heartbeat.run())
+    diag_server = None
     try:
         await server.start()
         await keys.start()
-        metrics_addr = None
-        if serve_metrics:
-            metrics_server = MetricsServer.start(settings.metrics_addr, metrics.registry)
-            metrics_addr = format_address((settings.metrics_addr[0], metrics_server.server_port))
-        on_ready(Bound(format_address((host, port)), metrics_addr, keys.usable()))
+        diag_addr = None
+        if serve_diag:
+            describe_process(metrics.registry)
+            diag_server = start_diag(settings.diag_addr, diagnostics, heartbeat)
+            diag_addr = format_address((settings.diag_addr[0], diag_server.port))
+        on_ready(Bound(format_address((host, port)), diag_addr, keys.usable()))
         await stop.wait()
+        diagnostics.stopping = True
         await health_servicer.enter_graceful_shutdown()
         await server.stop(SHUTDOWN_GRACE_SECONDS)
     finally:
+        beating.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beating
         await server.stop(None)
         await keys.close()
         await limiter.close()
-        if metrics_server is not None:
-            await asyncio.to_thread(metrics_server.stop)
+        if diag_server is not None:
+            await asyncio.to_thread(diag_server.stop)

@@ -88,7 +88,7 @@ class AuthzSettings:
     """The whole configuration of one authz process."""
 
     addr: tuple[str, int]
-    metrics_addr: tuple[str, int]
+    diag_addr: tuple[str, int]
     tokens: TokenRules
     jwks: JwksSettings
     roles: RoleRules
@@ -103,7 +103,7 @@ class AuthzSettings:
         read = EnvReader(env)
         settings = cls(
             addr=read.address("ORRERY_A2A_AUTHZ_ADDR", "127.0.0.1:9191"),
-            metrics_addr=read.address("ORRERY_A2A_AUTHZ_METRICS_ADDR", "127.0.0.1:9192"),
+            diag_addr=read.address("ORRERY_A2A_AUTHZ_DIAG_ADDR", "127.0.0.1:9192"),
             tokens=_token_rules(read),
             jwks=_jwks_settings(read),
             roles=RoleRules(

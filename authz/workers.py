@@ -6,8 +6,10 @@ lets the OS choose — and reports the real port; the others bind the same port 
 so the kernel spreads incoming connections over them. Envoy multiplexes many Checks over a few
 long-lived HTTP/2 connections, which is why the server ages connections out (see `server.py`).
 
-Metrics: each worker writes its values to a shared directory (prometheus_client multiprocess
-mode) and the parent serves their sum on the metrics address.
+Diagnostics: each worker writes its metric values to a shared directory (prometheus_client
+multiprocess mode) and the parent serves their merge on the diagnostics address — `/metrics`, and
+`/readyz`, ready while every worker has usable keys (the merged `jwks_usable`, the minimum over
+workers, is 1); the `process_*` metrics there are the parent's.
 
 Stopping: the parent stops the workers on SIGTERM/SIGINT, also while they are still starting;
 if one exits on its own it stops the rest and reports it, leaving the restart to the supervisor.
@@ -34,11 +36,21 @@ from multiprocessing.process import BaseProcess
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from authz.server import Bound, MetricsServer, configure_logging, process_logger, run
+from authz.metrics import NAMESPACE
+from authz.server import (
+    Bound,
+    RegistryDiagnostics,
+    configure_logging,
+    process_logger,
+    run,
+    start_diag,
+)
 from authz.settings import AuthzSettings
 from runtime import logs
 from runtime.addresses import format_address
+from runtime.diag import DiagServer
 from runtime.lifecycle import die_with_parent
+from runtime.metrics import describe_process
 from runtime.serving import log_serving, log_startup_failed
 
 WORKER_START_TIMEOUT = 60.0
@@ -66,7 +78,7 @@ def worker_main(settings: AuthzSettings, conn: Connection, parent_pid: int) -> N
             conn.send(bound.grpc)
 
     try:
-        asyncio.run(run(settings, ready, reuse_port=True, serve_metrics=False))
+        asyncio.run(run(settings, ready, reuse_port=True, serve_diag=False))
     except OSError as exc:
         log_startup_failed(process_logger, exc)
         sys.exit(1)
@@ -113,19 +125,20 @@ def _noted(signum: int, frame: object) -> None:
 
 
 def run_workers(settings: AuthzSettings, count: int) -> None:
-    """Start `count` workers on one port, serve their merged metrics, stop them on a signal."""
+    """Start `count` workers on one port, serve their merged diagnostics, stop them on a
+    signal."""
     # prometheus_client picks its multiprocess value store from this variable at import time,
     # so it must be in the environment the spawned workers start with.
     metrics_dir = tempfile.mkdtemp(prefix="orrery-authz-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     workers: list[BaseProcess] = []
-    metrics_server: MetricsServer | None = None
+    diag_server: DiagServer | None = None
     with StopSignals() as stop:
         try:
             address = _start_workers(settings, count, stop, workers)
             if address is None:
                 return
-            metrics_server = _serve_merged_metrics(settings, metrics_dir, count, address)
+            diag_server = _serve_merged_diagnostics(settings, metrics_dir, count, address)
             while not stop.requested:
                 dead = [w for w in workers if not w.is_alive()]
                 if dead:
@@ -133,8 +146,8 @@ def run_workers(settings: AuthzSettings, count: int) -> None:
                 wait([stop.fileno(), *(w.sentinel for w in workers)])
         finally:
             _stop_workers(workers)
-            if metrics_server is not None:
-                metrics_server.stop()
+            if diag_server is not None:
+                diag_server.stop()
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
@@ -180,19 +193,26 @@ def _await_ready(worker: BaseProcess, receiver: Connection, stop: StopSignals) -
     raise WorkerDied(worker.exitcode)
 
 
-def _serve_merged_metrics(
+def _serve_merged_diagnostics(
     settings: AuthzSettings, metrics_dir: str, count: int, grpc_address: str
-) -> MetricsServer:
+) -> DiagServer:
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=metrics_dir)  # type: ignore[no-untyped-call]
-    server = MetricsServer.start(settings.metrics_addr, registry)
+    describe_process(registry)
+    diagnostics = RegistryDiagnostics(registry, lambda: _all_keys_usable(registry))
+    server = start_diag(settings.diag_addr, diagnostics)
     log_serving(
         process_logger,
         workers=count,
         grpc=grpc_address,
-        metrics=format_address((settings.metrics_addr[0], server.server_port)),
+        diag=format_address((settings.diag_addr[0], server.port)),
     )
     return server
+
+
+def _all_keys_usable(registry: CollectorRegistry) -> bool:
+    """The workers' merged `jwks_usable` (their minimum) is 1; absent counts as not usable."""
+    return registry.get_sample_value(f"{NAMESPACE}_jwks_usable") == 1
 
 
 def _stop_workers(workers: list[BaseProcess]) -> None:

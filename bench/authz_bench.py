@@ -175,7 +175,7 @@ def start(name: str, args: list[str], env: dict[str, str], log: Path) -> Server:
         for line in log.read_text().splitlines():
             event = serving_fields(line)
             if event is not None:
-                return Server(name, proc, event["grpc"], event.get("metrics"))
+                return Server(name, proc, event["grpc"], event.get("diag"))
         if proc.poll() is not None:
             raise SystemExit(f"{name} exited: {log.read_text()[-2000:]}")
         time.sleep(0.05)
@@ -259,7 +259,7 @@ def main() -> None:
     bodies["RS256"].write_bytes(grpc_frame(make_token(rs_key, "rs", "RS256")))
     env = {
         "ORRERY_A2A_AUTHZ_ADDR": "127.0.0.1:0",
-        "ORRERY_A2A_AUTHZ_METRICS_ADDR": "127.0.0.1:0",
+        "ORRERY_A2A_AUTHZ_DIAG_ADDR": "127.0.0.1:0",
         "ORRERY_A2A_JWT_ISSUER": ISSUER,
         "ORRERY_A2A_JWT_AUDIENCE": AUDIENCE,
         "ORRERY_CONSOLE_JWT_AUDIENCE": "orrery-console",

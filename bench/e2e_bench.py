@@ -129,7 +129,7 @@ def jwt_authn_config(
     source: envoy_config.Config, state: StackState, jwks: Mapping[str, Any], assertion: str
 ) -> envoy_config.Config:
     """envoy.yaml with ext_authz swapped for jwt_authn and a static identity on the a2a routes."""
-    (listener,) = source["static_resources"]["listeners"]
+    listener = envoy_config.listener(source)
     manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
     filters = manager["http_filters"]
     (index,) = [i for i, f in enumerate(filters) if f["name"] == "envoy.filters.http.ext_authz"]

@@ -56,7 +56,7 @@ def busy_addresses(settings: StackSettings) -> list[str]:
     if settings.replicas == 1:
         addresses |= {
             "ORRERY_A2A_AUTHZ_ADDR": settings.authz,
-            "ORRERY_A2A_AUTHZ_METRICS_ADDR": settings.authz_metrics,
+            "ORRERY_A2A_AUTHZ_DIAG_ADDR": settings.authz_diag,
             "ORRERY_A2A_ADAPTER_ADDR": settings.adapter,
         }
     problems = []

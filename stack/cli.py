@@ -74,6 +74,22 @@ STDIN = "-"
 _JWS = re.compile(r"eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 
 
+TLS_OPTIONS = (
+    ("--tls-cert", "ORRERY_A2A_TLS_CERT", "TLS on Envoy's listener: the PEM chain"),
+    ("--tls-key", "ORRERY_A2A_TLS_KEY", "its PEM private key"),
+    ("--client-ca", "ORRERY_A2A_TLS_CLIENT_CA", "mTLS: the PEM CA of client certificates"),
+)
+
+
+def _tls_options(parser: argparse.ArgumentParser, where: str = "") -> None:
+    """The TLS flags, each standing for its variable (so compose can set them by environment)."""
+    for flag, variable, text in TLS_OPTIONS:
+        suffix = f" {where}" if where else ""
+        parser.add_argument(
+            flag, dest=variable, metavar="PATH", help=f"{text}{suffix} ({variable})"
+        )
+
+
 def redact(text: str) -> str:
     """`text` with anything shaped like a token replaced: a mistyped command line or a failure
     message is printed, and a token in it would land in terminals, logs and bug reports."""
@@ -140,6 +156,7 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
         " needs DATABASE_URL and ORRERY_A2A_REDIS_URL",
     )
     _edge_policy_options(parser)
+    _tls_options(parser)
     parser.add_argument(
         "--envoy-config",
         dest="ORRERY_A2A_ENVOY_CONFIG",
@@ -250,11 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
         ("admin", "the admin API (keep it on loopback)"),
         ("authz", "the authz cluster's endpoint"),
         ("adapter", "the adapter cluster's endpoint"),
+        ("diag", "the diagnostics listener (/healthz, /readyz, /metrics)"),
     ):
         render_cmd.add_argument(
             f"--{name}", type=_address, metavar="HOST:PORT", help=f"{what} (unchanged if absent)"
         )
     _edge_policy_options(render_cmd)
+    _tls_options(render_cmd, "(where Envoy reads it)")
 
     return parser
 
@@ -417,6 +436,19 @@ def _cmd_explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     return subprocess.run(argv, env=child, check=False).returncode  # noqa: S603 - our authz
 
 
+def _tls_files(env: Mapping[str, str]) -> envoy_config.TlsFiles | None:
+    """From the flags or their variables (empty is unset): certificate and key together, a client
+    CA only on top. The files need not exist here: they are where Envoy will read them."""
+    cert, key, client_ca = (env.get(variable) or None for _, variable, _ in TLS_OPTIONS)
+    if cert is None and key is None:
+        if client_ca is not None:
+            raise ConfigError(["--client-ca: needs --tls-cert and --tls-key (mTLS is TLS first)"])
+        return None
+    if cert is None or key is None:
+        raise ConfigError(["--tls-cert, --tls-key: give both or neither"])
+    return envoy_config.TlsFiles(Path(cert), Path(key), Path(client_ca) if client_ca else None)
+
+
 def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     rendered = envoy_config.render(
         envoy_config.load(args.source),
@@ -425,6 +457,8 @@ def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         authz=args.authz,
         adapter=args.adapter,
         policy=EdgePolicy.from_env(env),
+        diag=args.diag,
+        tls=_tls_files(env),
     )
     if args.out is None:
         import yaml

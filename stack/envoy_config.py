@@ -5,11 +5,17 @@ listener: it is a protobuf merge, so a listener given there is *appended* (verif
 overlay's listener is added next to the file's). Yet the one file must serve two places: the local
 stack, where the public listener must stay on loopback, and a container, where a published port
 only reaches a listener on 0.0.0.0. So the file keeps the safe loopback default, and this module
-renders a copy with exactly the named sockets replaced — the listener `public`, the admin address,
-and the endpoints of the clusters `authz` and `adapter` — and nothing else. `orrery-a2a up` renders
-with its (possibly ephemeral) ports; compose renders once with `--listen 0.0.0.0:8080` before
-Envoy starts; tests render with ephemeral ports. A file whose names moved fails loudly here instead
-of silently keeping a stale address.
+renders a copy with exactly the named sockets replaced — the listeners `public` and `diag`, the
+admin address (and the `envoy_admin` cluster that follows it), and the endpoints of the clusters
+`authz` and `adapter` — and nothing else. `orrery-a2a up` renders with its (possibly ephemeral)
+ports; compose renders once with `--listen 0.0.0.0:8080` before Envoy starts; the Kubernetes base
+is rendered by `deploy/kubernetes/render-envoy-config`; tests render with ephemeral ports. A file
+whose names moved fails loudly here instead of silently keeping a stale address.
+
+TLS is the one addition rather than a replacement: `tls=TlsFiles(cert, key, client_ca)` terminates
+TLS on the public listener (TLS 1.2 or newer, HTTP/2 and HTTP/1.1 by ALPN, HSTS on every answer)
+from PEM files, and with `client_ca` requires a client certificate signed by that CA (mTLS). The
+file itself stays plain HTTP on loopback for the local stack; certificates are deployment data.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -63,13 +70,30 @@ CORS_MAX_AGE = "600"
 VARY = {"header": {"key": "vary", "value": "origin"}, "append_action": "APPEND_IF_EXISTS_OR_ADD"}
 MIN_FILL_MS = 50  # Envoy's shortest token-bucket fill interval
 ADMIN = "Envoy's admin API"  # drains listeners, changes log levels, dumps config: loopback only
+DIAG_LISTENER = "diag"
+ADMIN_CLUSTER = "envoy_admin"
 CLUSTERS = ("authz", "adapter")
+TLS_SOCKET = "envoy.transport_sockets.tls"
+DOWNSTREAM_TLS = (
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
+)
+HSTS = "max-age=31536000"
 
 Config = dict[str, Any]
 
 
 class EnvoyConfigError(Exception):
     """The Envoy config could not be read or rendered (names the missing piece)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """PEM files for the public listener: its certificate chain and key, and for mTLS the CA
+    that client certificates must chain to. Paths as Envoy will see them (a pod's mounts)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
 
 
 def repo_config_path() -> Path:
@@ -138,9 +162,13 @@ def _point(config: Config, cluster: str, addresses: Sequence[Address]) -> None:
     found["load_assignment"]["endpoints"] = [{**first_group, "lb_endpoints": replicas}]
 
 
-def listener_socket(config: Config) -> dict[str, Any]:
+def listener(config: Config, name: str = LISTENER) -> dict[str, Any]:
     listeners = config.get("static_resources", {}).get("listeners", [])
-    return _socket(_named(listeners, LISTENER, "listener"), f"listener {LISTENER!r}")
+    return _named(listeners, name, "listener")
+
+
+def listener_socket(config: Config, name: str = LISTENER) -> dict[str, Any]:
+    return _socket(listener(config, name), f"listener {name!r}")
 
 
 def admin_socket(config: Config) -> dict[str, Any]:
@@ -166,27 +194,35 @@ def render(
     authz: Upstream | None = None,
     adapter: Upstream | None = None,
     policy: EdgePolicy | None = None,
+    diag: Address | None = None,
+    tls: TlsFiles | None = None,
 ) -> Config:
-    """A copy of `config` with the given sockets replaced; everything else is untouched.
+    """A copy of `config` with the given sockets replaced, the deployment's policy and TLS added.
 
     `authz` and `adapter` take one address or several (replicas, balanced by the cluster). The
     admin address must be loopback (`EnvoyConfigError` otherwise). `policy` renders what the
     deployment decides (`stack.edge_policy`): CORS origins, the client budget, the heap budget.
+    The `envoy_admin` cluster (the diag listener's way to the admin API) follows `admin`.
     """
     rendered = copy.deepcopy(config)
     if listen is not None:
         _assign(listener_socket(rendered), listen)
+    if diag is not None:
+        _assign(listener_socket(rendered, DIAG_LISTENER), diag)
     if admin is not None:
         try:
             require_loopback(admin[0], ADMIN)
         except NotLoopback as exc:
             raise EnvoyConfigError(str(exc)) from None
         _assign(admin_socket(rendered), admin)
+        _point(rendered, ADMIN_CLUSTER, [admin])
     for cluster, upstream in zip(CLUSTERS, (authz, adapter), strict=True):
         if upstream is not None:
             _point(rendered, cluster, _addresses(upstream))
     if policy is not None:
         _apply(rendered, policy)
+    if tls is not None:
+        _terminate_tls(rendered, tls)
     return rendered
 
 
@@ -302,6 +338,39 @@ def token_bucket(count: int, period: int) -> dict[str, Any]:
         "tokens_per_fill": tokens,
         "fill_interval": f"{interval_ms // 1000}.{interval_ms % 1000:03d}s",
     }
+
+
+def _terminate_tls(config: Config, tls: TlsFiles) -> None:
+    """TLS on the public listener's one filter chain, HSTS on every answer of its routes."""
+    chains = listener(config).get("filter_chains") or []
+    if len(chains) != 1:
+        raise EnvoyConfigError(f"the listener {LISTENER!r} must have exactly one filter chain")
+    (chain,) = chains
+    if "transport_socket" in chain:
+        raise EnvoyConfigError(f"the listener {LISTENER!r} already has a transport socket")
+    common: Config = {
+        "tls_params": {"tls_minimum_protocol_version": "TLSv1_2"},
+        "alpn_protocols": ["h2", "http/1.1"],
+        "tls_certificates": [
+            {
+                "certificate_chain": {"filename": str(tls.cert)},
+                "private_key": {"filename": str(tls.key)},
+            }
+        ],
+    }
+    context: Config = {"@type": DOWNSTREAM_TLS, "common_tls_context": common}
+    if tls.client_ca is not None:
+        common["validation_context"] = {"trusted_ca": {"filename": str(tls.client_ca)}}
+        context["require_client_certificate"] = True
+    chain["transport_socket"] = {"name": TLS_SOCKET, "typed_config": context}
+    manager = public_manager(config)
+    route_config = manager.get("route_config") or {}
+    route_config.setdefault("response_headers_to_add", []).append(
+        {
+            "header": {"key": "strict-transport-security", "value": HSTS},
+            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+        }
+    )
 
 
 def _addresses(upstream: Upstream) -> list[Address]:

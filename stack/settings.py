@@ -19,7 +19,7 @@ from runtime.env import EnvReader
 from runtime.errors import ConfigError
 from stack.addresses import NotLoopback, require_loopback
 from stack.edge_policy import EdgePolicy
-from stack.envoy_config import ADMIN, repo_config_path
+from stack.envoy_config import ADMIN, TlsFiles, repo_config_path
 from stack.state import default_state_dir
 
 # variable → (flag of `orrery-a2a up`, default)
@@ -27,7 +27,7 @@ ADDRESSES: Mapping[str, tuple[str, str]] = {
     "ORRERY_A2A_LISTEN_ADDR": ("--listen", "127.0.0.1:8080"),
     "ORRERY_A2A_ENVOY_ADMIN_ADDR": ("--admin", "127.0.0.1:9901"),
     "ORRERY_A2A_AUTHZ_ADDR": ("--authz", "127.0.0.1:9191"),
-    "ORRERY_A2A_AUTHZ_METRICS_ADDR": ("--authz-metrics", "127.0.0.1:9192"),
+    "ORRERY_A2A_AUTHZ_DIAG_ADDR": ("--authz-diag", "127.0.0.1:9192"),
     "ORRERY_A2A_ADAPTER_ADDR": ("--adapter", "127.0.0.1:8081"),
     "ORRERY_A2A_ISSUER_ADDR": ("--issuer", "127.0.0.1:8090"),
 }
@@ -38,7 +38,7 @@ class StackSettings:
     listen: Address
     admin: Address
     authz: Address
-    authz_metrics: Address
+    authz_diag: Address
     adapter: Address
     issuer: Address
     state_dir: Path
@@ -51,6 +51,7 @@ class StackSettings:
     # The user's own card-signing keys; without them `up` signs with a per-run key.
     card_signing_keys: str | None = None
     edge: EdgePolicy = field(default_factory=EdgePolicy)
+    tls: TlsFiles | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StackSettings:
@@ -81,7 +82,7 @@ class StackSettings:
             listen=address["ORRERY_A2A_LISTEN_ADDR"],
             admin=address["ORRERY_A2A_ENVOY_ADMIN_ADDR"],
             authz=address["ORRERY_A2A_AUTHZ_ADDR"],
-            authz_metrics=address["ORRERY_A2A_AUTHZ_METRICS_ADDR"],
+            authz_diag=address["ORRERY_A2A_AUTHZ_DIAG_ADDR"],
             adapter=address["ORRERY_A2A_ADAPTER_ADDR"],
             issuer=address["ORRERY_A2A_ISSUER_ADDR"],
             state_dir=default_state_dir(env),
@@ -91,5 +92,26 @@ class StackSettings:
             public_url=reader.raw("ORRERY_A2A_PUBLIC_URL") or None,
             card_signing_keys=reader.raw("ORRERY_A2A_CARD_SIGNING_KEYS") or None,
             edge=EdgePolicy.read(reader),
+            tls=_tls(reader),
         )
         return settings, reader.problems
+
+
+TLS_FILES = ("ORRERY_A2A_TLS_CERT", "ORRERY_A2A_TLS_KEY", "ORRERY_A2A_TLS_CLIENT_CA")
+
+
+def _tls(reader: EnvReader) -> TlsFiles | None:
+    """The listener's PEM files: certificate and key together, a client CA only on top."""
+    paths = {name: reader.string(name, "") for name in TLS_FILES}
+    for name, path in paths.items():
+        if path and not Path(path).is_file():
+            reader.problem(name, f"no such file: {path}")
+    cert, key, client_ca = (paths[name] for name in TLS_FILES)
+    if bool(cert) != bool(key):
+        reader.problem("ORRERY_A2A_TLS_CERT", "set both ORRERY_A2A_TLS_CERT and _KEY, or neither")
+        return None
+    if client_ca and not cert:
+        reader.problem("ORRERY_A2A_TLS_CLIENT_CA", "mTLS needs ORRERY_A2A_TLS_CERT and _KEY")
+    if not cert:
+        return None
+    return TlsFiles(Path(cert), Path(key), Path(client_ca) if client_ca else None)

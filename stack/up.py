@@ -248,7 +248,8 @@ class LocalStack:
         listen = settings.listen
         if listen[1] == 0:
             listen = (listen[0], free_port(listen[0]))
-        url = f"http://{client_host(listen)}"
+        scheme = "http" if settings.tls is None else "https"
+        url = f"{scheme}://{client_host(listen)}"
         # A user-set ORRERY_A2A_PUBLIC_URL (a proxy or port forward in front) is what the card
         # advertises; `check` had the adapter validate it before anything started.
         wiring = Wiring(
@@ -263,9 +264,7 @@ class LocalStack:
             authz = await self.supervisor.start(
                 self._component(name, [python, "-m", "authz"], authz_env(settings, wiring))
             )
-            self._ready(
-                authz, f"{authz.details.get('grpc')}, metrics {authz.details.get('metrics')}"
-            )
+            self._ready(authz, f"{authz.details.get('grpc')}, diag {authz.details.get('diag')}")
             authz_addresses.append(parse_address(str(authz.details["grpc"])))
         adapter_addresses = []
         for name in self._replica_names("adapter"):
@@ -282,6 +281,7 @@ class LocalStack:
             authz=authz_addresses,
             adapter=adapter_addresses,
             policy=settings.edge,
+            tls=settings.tls,
         )
         config_path = self.state_dir / ENVOY_CONFIG_FILE
         envoy_config.write(config, config_path)

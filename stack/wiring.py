@@ -43,7 +43,7 @@ def _replica(settings: StackSettings, address: Address) -> str:
 def authz_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:
     return {
         "ORRERY_A2A_AUTHZ_ADDR": _replica(settings, settings.authz),
-        "ORRERY_A2A_AUTHZ_METRICS_ADDR": _replica(settings, settings.authz_metrics),
+        "ORRERY_A2A_AUTHZ_DIAG_ADDR": _replica(settings, settings.authz_diag),
         "ORRERY_A2A_JWT_ISSUER": wiring.issuer,
         "ORRERY_A2A_JWKS_URL": wiring.jwks_url,
         "ORRERY_A2A_JWT_AUDIENCE": DEV_AUDIENCE,

@@ -3,7 +3,8 @@
 authz and the adapter are separate services that meet only at the signed header, so they share
 code only through two leaf packages: `contract` (the wire contract) and `runtime` (process
 plumbing). Neither leaf imports anything of ours, no service imports another, and outside authz's
-own tests and benchmark nothing imports authz: everything else reaches it over the wire.
+own tests, its benchmark and the deployment's tests nothing imports authz: everything else reaches
+it over the wire.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "tests/stack": SHARED | {"stack", "tests"},
     "tests/e2e": SHARED | {"adapter", "stack", "tests"},
     "tests/docker": SHARED | {"stack", "tests"},
+    # The deployment is both services at once: its tests read each one's settings and metric
+    # definitions to check the manifests, alerts and dashboard against them.
+    "tests/deploy": SHARED | {"adapter", "authz", "stack", "tests"},
     "bench/authz_bench.py": SHARED | {"authz"},
     "bench/adapter_bench.py": SHARED | {"adapter"},
     "bench/adapter_stock_server.py": SHARED | {"adapter"},

@@ -196,6 +196,14 @@ class MemoryConfirmationStore:
             entry = self._set(entry, "expired")
         return entry
 
+    async def pending(self) -> int:
+        now = self._clock()
+        return sum(
+            1
+            for entry in self._entries.values()
+            if entry.status == "pending" and entry.expires_at > now
+        )
+
     def _set(self, entry: Confirmation, status: str) -> Confirmation:
         updated = dataclasses.replace(entry, status=status)  # type: ignore[arg-type]
         self._entries[entry.action_id] = updated

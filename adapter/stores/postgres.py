@@ -430,6 +430,14 @@ class PostgresConfirmationStore:
             self._clock(),
         )
 
+    async def pending(self) -> int:
+        return int(
+            await self._pool.fetchval(
+                f"SELECT count(*) FROM {self._a} WHERE status = 'pending' AND expires_at > $1",  # noqa: S608
+                self._clock(),
+            )
+        )
+
     async def ping(self) -> None:
         await self._pool.fetchval("SELECT 1")
 

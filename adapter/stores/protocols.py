@@ -173,6 +173,10 @@ class ConfirmationStore(Protocol):
     async def ping(self) -> None:
         """Raise if the store cannot be reached (readiness)."""
 
+    async def pending(self) -> int:
+        """How many actions (of every subject) wait for a decision and have not expired (the
+        `orrery_a2a_approvals_pending` gauge, read at scrape time)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Claim:

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from runtime.metrics import release
 from tests.adapter.conftest import (
     KEYS_SPEC,
     assertion_headers,
@@ -71,6 +72,49 @@ async def test_serves_logs_its_address_and_stops_on_sigterm() -> None:
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_the_diagnostics_address_takes_probes_and_metrics_off_the_a2a_socket() -> None:
+    """ORRERY_A2A_ADAPTER_DIAG_ADDR: /healthz, /readyz, /metrics answer there (on another address
+    than 127.0.0.1, as a kubelet reaches a pod) and 404 on the A2A socket, which keeps the card."""
+    process = await start_adapter(adapter_env(ORRERY_A2A_ADAPTER_DIAG_ADDR="0.0.0.0:0"))
+    try:
+        serving = await next_event(process, "serving")
+        diag_port = serving["diag"].rsplit(":", 1)[1]
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.2:{diag_port}") as http:
+            assert (await http.get("/healthz")).json() == {"status": "ok"}
+            ready = await http.get("/readyz")
+            metrics = await http.get("/metrics")
+        assert ready.status_code == 200
+        assert ready.json()["checks"] == {
+            "tasks": "ok",
+            "approvals": "ok",
+            "limiter": "ok",
+            "serving": "ok",
+        }
+        assert f'orrery_a2a_build_info{{version="{release()}"}} 1.0' in metrics.text
+        assert "process_cpu_seconds_total" in metrics.text
+        assert "_created" not in metrics.text
+        async with httpx.AsyncClient(base_url=f"http://{serving['addr']}") as http:
+            for path in ("/healthz", "/readyz", "/metrics"):
+                assert (await http.get(path)).status_code == 404, path
+            assert (await http.get("/.well-known/agent-card.json")).status_code == 200
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), timeout=60) == 0
+
+
+async def test_a_taken_diagnostics_address_is_a_startup_failure() -> None:
+    """The diagnostics port is in use: one `startup_failed` event and exit 1, no traceback."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        process = await start_adapter(adapter_env(ORRERY_A2A_ADAPTER_DIAG_ADDR=f"127.0.0.1:{port}"))
+        failure = await next_event(process, "startup_failed")
+        assert failure["variable"] == "ORRERY_A2A_ADAPTER_DIAG_ADDR"
+        assert "Address already in use" in failure["error"]
+        assert await asyncio.wait_for(process.wait(), timeout=60) == 1
 
 
 async def test_serving_is_logged_at_any_log_level() -> None:

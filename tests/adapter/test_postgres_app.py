@@ -164,5 +164,5 @@ async def test_readiness_reports_the_database(env: dict[str, str]) -> None:
         body = (await http.get("/readyz")).json()
     assert body == {
         "status": "ready",
-        "checks": {"tasks": "ok", "approvals": "ok", "limiter": "ok"},
+        "checks": {"tasks": "ok", "approvals": "ok", "limiter": "ok", "serving": "ok"},
     }

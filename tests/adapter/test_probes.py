@@ -6,7 +6,9 @@ import logging
 
 import pytest
 
-from tests.adapter.conftest import Server, delegated
+from adapter.app import PROBES
+from adapter.metrics import Metrics
+from tests.adapter.conftest import Server, delegated, running
 
 
 async def test_healthz_and_readyz(server: Server) -> None:
@@ -40,7 +42,7 @@ async def test_request_log_event_carries_ids_but_no_credentials(
 
 
 async def test_metrics_count_requests_by_method_and_outcome(server: Server) -> None:
-    """Requests, outcomes, turns in flight and tasks stored are exported."""
+    """Requests, outcomes, turns in flight, tasks stored and approvals pending are exported."""
     await server.rpc(
         delegated(),
         "SendMessage",
@@ -57,3 +59,27 @@ async def test_metrics_count_requests_by_method_and_outcome(server: Server) -> N
     assert 'orrery_a2a_requests_total{method="unknown",outcome="METHOD_NOT_FOUND"} 1.0' in text
     assert "orrery_a2a_turns_in_flight 0.0" in text
     assert "orrery_a2a_tasks_stored 1.0" in text
+    assert "orrery_a2a_approvals_pending 0.0" in text
+
+
+def test_request_latency_buckets_reach_an_hour_long_stream() -> None:
+    """A stream is timed until it ends (Envoy allows an hour): it lands in a bucket of its own
+    size, not in +Inf with everything past 10 s."""
+    metrics = Metrics()
+    metrics.observe("SendStreamingMessage", "ok", 1800.0)
+    text = metrics.render().decode()
+    bucket = 'orrery_a2a_request_seconds_bucket{{le="{}",method="SendStreamingMessage"}}'
+    assert f"{bucket.format('900.0')} 0.0" in text
+    assert f"{bucket.format('3600.0')} 1.0" in text
+
+
+async def test_a_stopping_adapter_is_not_ready() -> None:
+    """Once a stop begins (the drain), readiness says so, so a load balancer stops sending new
+    requests while open streams finish."""
+    async with running() as server:
+        probes = server.app[PROBES]
+        assert (await probes.readiness()).ready
+        await server.app.shutdown()
+        readiness = await probes.readiness()
+    assert not readiness.ready
+    assert readiness.checks["serving"] == "stopping"

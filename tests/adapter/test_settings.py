@@ -20,6 +20,7 @@ def test_defaults() -> None:
     assert settings.gateway is None and settings.multi_replica is False
     assert (settings.task_idle_ttl, settings.max_tasks) == (3600.0, 10000)
     assert settings.sse_keepalive == 15.0
+    assert settings.diag_addr is None  # probes stay on the A2A socket unless asked
 
 
 def test_keep_alive_interval_takes_a_duration_with_a_floor() -> None:
@@ -86,3 +87,13 @@ def test_the_body_cap_never_refuses_a_legal_message() -> None:
     assert AdapterSettings.from_env(larger).max_body_bytes == 4 * MAX_BODY_BYTES
     with pytest.raises(ConfigError, match="ORRERY_A2A_MAX_BODY_BYTES"):
         AdapterSettings.from_env({**base, "ORRERY_A2A_MAX_BODY_BYTES": str(MAX_BODY_BYTES - 1)})
+
+
+def test_the_diagnostics_address_is_opt_in_and_never_the_a2a_address() -> None:
+    """ORRERY_A2A_ADAPTER_DIAG_ADDR parses as an address; the A2A address itself is refused."""
+    base = {"ORRERY_A2A_ASSERTION_KEYS": KEYS_SPEC, "ORRERY_A2A_ADAPTER_ADDR": "0.0.0.0:8081"}
+    settings = AdapterSettings.from_env({**base, "ORRERY_A2A_ADAPTER_DIAG_ADDR": "0.0.0.0:9193"})
+    assert settings.diag_addr == ("0.0.0.0", 9193)  # noqa: S104
+    for bad in ("0.0.0.0:8081", "9193"):
+        with pytest.raises(ConfigError, match="ORRERY_A2A_ADAPTER_DIAG_ADDR"):
+            AdapterSettings.from_env({**base, "ORRERY_A2A_ADAPTER_DIAG_ADDR": bad})

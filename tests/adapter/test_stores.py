@@ -293,6 +293,31 @@ async def test_a_settled_action_is_not_rewritten_by_withdraw(
         assert (await confirmations.get(entry.action_id, subject="alice")).status == status
 
 
+async def test_pending_counts_only_undecided_unexpired_actions(
+    confirmations: ConfirmationStore,
+) -> None:
+    """`pending()` (the approvals_pending gauge): decided and withdrawn actions leave it."""
+    assert await confirmations.pending() == 0
+    waiting = await confirmations.propose(PROPOSAL)
+    decided = await confirmations.propose(PROPOSAL)
+    withdrawn = await confirmations.propose(PROPOSAL)
+    await confirmations.decide(decided.action_id, subject="alice", decision="deny")
+    await confirmations.withdraw(withdrawn.action_id, owner="k1")
+    assert await confirmations.pending() == 1
+    await confirmations.decide(waiting.action_id, subject="alice", decision="approve")
+    assert await confirmations.pending() == 0
+
+
+async def test_pending_leaves_out_expired_actions() -> None:
+    """An action past its TTL no longer counts, though nobody looked at it."""
+    now = [1000.0]
+    store = MemoryConfirmationStore(clock=lambda: now[0])
+    await store.propose(PROPOSAL)
+    assert await store.pending() == 1
+    now[0] += PROPOSAL.ttl + 1
+    assert await store.pending() == 0
+
+
 async def test_postgres_sweep_drops_idle_tasks_and_settled_approvals(database_url: str) -> None:
     """Tasks not written for the idle TTL and approvals long expired are swept away."""
     now = [1000.0]

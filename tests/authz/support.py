@@ -14,6 +14,7 @@ import hmac
 import json
 import secrets
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,7 +227,7 @@ class JwksServer:
 def base_env(jwks_file: Path | None = None, jwks_url: str | None = None) -> dict[str, str]:
     env = {
         "ORRERY_A2A_AUTHZ_ADDR": "127.0.0.1:0",
-        "ORRERY_A2A_AUTHZ_METRICS_ADDR": "127.0.0.1:0",
+        "ORRERY_A2A_AUTHZ_DIAG_ADDR": "127.0.0.1:0",
         "ORRERY_A2A_JWT_ISSUER": ISSUER,
         "ORRERY_A2A_JWT_AUDIENCE": AUDIENCE,
         "ORRERY_CONSOLE_JWT_AUDIENCE": CONSOLE,
@@ -257,11 +258,15 @@ class RunningAuthz:
         *,
         token: str | None = None,
         surface: str | None = None,
-        path: str = "/a2a",
+        path: str | None = None,
         request_id: str | None = "req-1",
     ) -> CheckResponse:
+        """A Check as our Envoy sends it: `surface` is the route label, and the path is that
+        route's unless given."""
         request = CheckRequest()
         http = request.attributes.request.http
+        if path is None:
+            path = "/approvals/an-action-id" if surface == "approvals" else "/a2a"
         http.method, http.path = "POST", path
         if request_id is not None:
             http.headers["x-request-id"] = request_id
@@ -415,3 +420,9 @@ def adapter_verify(
 def ok_headers(response: CheckResponse) -> dict[str, str]:
     assert response.status.code == 0, f"expected OK, got {response.denied_response.body}"
     return {h.header.key: h.header.value for h in response.ok_response.headers}
+
+
+def fetch(url: str) -> str:
+    """GET a diagnostics URL of a test authz (blocking: call it in a thread)."""
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - our http URL
+        return str(response.read().decode())

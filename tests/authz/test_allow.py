@@ -102,6 +102,17 @@ async def test_valid_traceparent_becomes_a_trace_link(authz: RunningAuthz, issue
     assert headers["x-orrery-trace-link"] == TRACEPARENT
 
 
+async def test_without_a_link_any_trace_link_header_is_removed(
+    authz: RunningAuthz, issuer: Issuer
+) -> None:
+    """No valid traceparent: the allow removes x-orrery-trace-link, so a proxy that did not strip
+    a client's copy (Istio's sidecar) still never forwards one authz did not set."""
+    response = await authz.check({"traceparent": "garbage"}, token=issuer.token())
+    ok = response.ok_response
+    assert [h.header.key for h in ok.headers] == ["x-orrery-principal"]
+    assert "x-orrery-trace-link" in ok.headers_to_remove
+
+
 async def test_invalid_traceparent_is_dropped(authz: RunningAuthz, issuer: Issuer) -> None:
     """A malformed traceparent is removed and not linked."""
     headers = ok_headers(await authz.check({"traceparent": "garbage"}, token=issuer.token()))

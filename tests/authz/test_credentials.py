@@ -56,6 +56,7 @@ async def test_two_authorization_headers_in_raw_header_map_are_refused(
 ) -> None:
     """With encode_raw_headers Envoy sends one entry per value; two are still refused."""
     request = CheckRequest()
+    request.attributes.request.http.path = "/a2a"
     entries = request.attributes.request.http.header_map.headers
     for name, value in [
         ("x-request-id", "req-1"),
@@ -70,6 +71,7 @@ async def test_two_authorization_headers_in_raw_header_map_are_refused(
 async def test_raw_header_map_is_read(authz: RunningAuthz, issuer: Issuer) -> None:
     """A single bearer token in header_map (encode_raw_headers) is accepted."""
     request = CheckRequest()
+    request.attributes.request.http.path = "/a2a"
     entries = request.attributes.request.http.header_map.headers
     entries.add(key="x-request-id", raw_value=b"req-1")
     entries.add(key="authorization", raw_value=f"Bearer {issuer.token()}".encode())

@@ -27,6 +27,7 @@ from tests.authz.support import (
     base_env,
     denied,
     eventually,
+    fetch,
     ok_headers,
     running_authz,
 )
@@ -224,7 +225,8 @@ def with_port(url: str, port: int) -> str:
 async def test_redis_down_falls_back_to_the_local_limit(
     redis_url: str, jwks_file: Path, issuer: Issuer
 ) -> None:
-    """With nothing listening at the Redis address, the same limit is enforced in process."""
+    """With nothing listening at the Redis address, the same limit is enforced in process, and
+    the Redis gauge (present because Redis is configured) says 0."""
     env = {
         **base_env(jwks_file=jwks_file),
         "ORRERY_A2A_RATE_LIMIT": "3/minute",
@@ -234,6 +236,8 @@ async def test_redis_down_falls_back_to_the_local_limit(
     async with running_authz(env) as authz:
         await spend(authz, token, 3)
         assert denied(await authz.check(token=token)).reason == "rate_limited"
+        body = await asyncio.to_thread(fetch, f"http://{authz.bound.diag}/metrics")
+    assert "orrery_authz_ratelimit_redis_up 0.0" in body
 
 
 async def test_redis_down_with_deny_mode_is_503(
@@ -285,6 +289,7 @@ async def test_hung_redis_never_holds_a_check_past_the_timeout(
 
 def _request(token: str) -> CheckRequest:
     request = CheckRequest()
+    request.attributes.request.http.path = "/a2a"
     headers = request.attributes.request.http.headers
     headers["x-request-id"] = "req-1"
     headers["authorization"] = f"Bearer {token}"
@@ -385,7 +390,7 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
 
 
 async def redis_up_gauge(authz: RunningAuthz) -> float:
-    return await metric(f"http://{authz.bound.metrics}/metrics", "orrery_authz_ratelimit_redis_up")
+    return await metric(f"http://{authz.bound.diag}/metrics", "orrery_authz_ratelimit_redis_up")
 
 
 def redis_events(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -6,12 +6,12 @@ import asyncio
 import io
 import json
 import logging
-import urllib.request
 
 import pytest
 
 from runtime import logs
-from tests.authz.support import Issuer, RunningAuthz, SigningKey
+from runtime.metrics import release
+from tests.authz.support import Issuer, RunningAuthz, SigningKey, fetch
 
 
 def decision_events(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:
@@ -79,18 +79,14 @@ async def test_logs_never_contain_the_token_or_the_assertion(
             assert part not in text
 
 
-def fetch(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - our http URL
-        return str(response.read().decode())
-
-
 async def test_metrics_are_exposed(authz: RunningAuthz, issuer: Issuer) -> None:
-    """/metrics shows decisions by reason, latency, cache hits and JWKS loads."""
+    """/metrics on the diagnostics address shows decisions by reason, latency, cache hits, JWKS
+    loads, the build and the process; no Redis gauge without Redis, no `_created` series."""
     token = issuer.token()
     await authz.check(token=token)
     await authz.check(token=token)
     await authz.check()
-    url = f"http://{authz.bound.metrics}/metrics"
+    url = f"http://{authz.bound.diag}/metrics"
     body = await asyncio.to_thread(fetch, url)
     assert 'orrery_authz_decisions_total{decision="allow",reason="ok"} 2.0' in body
     assert 'orrery_authz_decisions_total{decision="deny",reason="missing_credential"} 1.0' in body
@@ -100,7 +96,10 @@ async def test_metrics_are_exposed(authz: RunningAuthz, issuer: Issuer) -> None:
     assert 'orrery_authz_jwks_refresh_total{outcome="updated"} 1.0' in body
     assert "orrery_authz_jwks_keys 4.0" in body
     assert "orrery_authz_jwks_usable 1.0" in body
-    assert "orrery_authz_ratelimit_redis_up 1.0" in body
+    assert "orrery_authz_ratelimit_redis_up" not in body
+    assert f'orrery_authz_build_info{{version="{release()}"}} 1.0' in body
+    assert "process_resident_memory_bytes " in body
+    assert "_created" not in body
 
 
 def isolated_logger(name: str) -> tuple[logging.Logger, io.StringIO]:

@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -20,6 +21,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.authz.support import Issuer, base_env
 from tests.processes import EventProcess, descendants, port_free, wait_gone
+
+OTHER_ADDRESS = "127.0.0.2"  # a loopback address that 127.0.0.1-only sockets do not answer
 
 
 @pytest.fixture
@@ -46,6 +49,7 @@ def environ(pid: int) -> dict[str, str]:
 def check_once(address: str, token: str) -> int:
     with grpc.insecure_channel(address) as channel:
         request = CheckRequest()
+        request.attributes.request.http.path = "/a2a"
         request.attributes.request.http.headers["x-request-id"] = "req-1"
         request.attributes.request.http.headers["authorization"] = f"Bearer {token}"
         response = external_auth_pb2_grpc.AuthorizationStub(channel).Check(request, timeout=30)
@@ -67,7 +71,7 @@ def test_serves_reports_health_and_exits_0_on_sigterm(
     process = start(started, base_env(jwks_file=jwks_file))
     serving = process.wait_for("serving")
     assert serving["grpc"].startswith("127.0.0.1:") and not serving["grpc"].endswith(":0")
-    assert serving["metrics"].startswith("127.0.0.1:")
+    assert serving["diag"].startswith("127.0.0.1:")
     assert (serving["workers"], serving["keys_usable"]) == (1, True)
     assert health(serving["grpc"]) == health_pb2.HealthCheckResponse.SERVING
     assert check_once(serving["grpc"], issuer.token()) == 0
@@ -136,21 +140,22 @@ def test_address_in_use_exits_1(started: list[EventProcess], jwks_file: Path) ->
     assert "set ORRERY_A2A_AUTHZ_ADDR to a free address" in failure["error"]
 
 
-def test_a_taken_metrics_address_names_its_variable(
+def test_a_taken_diagnostics_address_names_its_variable(
     started: list[EventProcess], jwks_file: Path
 ) -> None:
-    """The metrics port taken: one `startup_failed` naming ORRERY_A2A_AUTHZ_METRICS_ADDR, exit 1."""
+    """The diagnostics port taken: one `startup_failed` naming ORRERY_A2A_AUTHZ_DIAG_ADDR, and
+    exit 1."""
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
         env = {
             **base_env(jwks_file=jwks_file),
-            "ORRERY_A2A_AUTHZ_METRICS_ADDR": f"127.0.0.1:{port}",
+            "ORRERY_A2A_AUTHZ_DIAG_ADDR": f"127.0.0.1:{port}",
         }
         process = start(started, env)
         failure = process.wait_for("startup_failed")
-        assert failure["variable"] == "ORRERY_A2A_AUTHZ_METRICS_ADDR"
+        assert failure["variable"] == "ORRERY_A2A_AUTHZ_DIAG_ADDR"
         assert str(port) in failure["error"]
         assert "Address already in use" in failure["error"]
         assert process.finish() == 1
@@ -169,10 +174,56 @@ def test_workers_share_one_port_and_one_metrics_endpoint(
     assert {e["grpc"] for e in workers} == {serving["grpc"]}
     for _ in range(4):  # separate connections, so the kernel may spread them over workers
         assert check_once(serving["grpc"], issuer.token()) == 0
-    url = f"http://{serving['metrics']}/metrics"
+    url = f"http://{serving['diag']}/metrics"
     with urllib.request.urlopen(url, timeout=10) as response:
         body = response.read().decode()
     assert 'orrery_authz_decisions_total{decision="allow",reason="ok"} 4.0' in body
+    assert body.count("orrery_authz_build_info{") == 1  # the workers' gauges merged into one
+    assert diag_get(serving["diag"], "/readyz") == (200, {"keys": "ok", "serving": "ok"})
+    assert process.stop(signal.SIGTERM) == 0
+
+
+def diag_get(address: str, path: str) -> tuple[int, dict[str, str]]:
+    """GET a diagnostics path; (status, the `checks` of a readiness answer, else {})."""
+    try:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as response:
+            status, body = response.status, response.read()
+    except urllib.error.HTTPError as error:
+        status, body = error.code, error.read()
+    return status, dict(json.loads(body).get("checks", {}))
+
+
+def test_the_diagnostics_address_answers_probes_from_any_address(
+    started: list[EventProcess], jwks_file: Path
+) -> None:
+    """ORRERY_A2A_AUTHZ_DIAG_ADDR on every address (a pod): /healthz and /readyz answer on
+    another address than 127.0.0.1 (as a kubelet reaches a pod's address), while the Check port
+    stays on 127.0.0.1 alone."""
+    env = {**base_env(jwks_file=jwks_file), "ORRERY_A2A_AUTHZ_DIAG_ADDR": "0.0.0.0:0"}
+    process = start(started, env)
+    serving = process.wait_for("serving")
+    port = serving["diag"].rpartition(":")[2]
+    assert diag_get(f"{OTHER_ADDRESS}:{port}", "/healthz")[0] == 200
+    assert diag_get(f"{OTHER_ADDRESS}:{port}", "/readyz") == (200, {"keys": "ok", "serving": "ok"})
+    grpc_port = serving["grpc"].rpartition(":")[2]
+    with socket.socket() as probe, pytest.raises(OSError):
+        probe.settimeout(5)
+        probe.connect((OTHER_ADDRESS, int(grpc_port)))
+    assert process.stop(signal.SIGTERM) == 0
+
+
+def test_not_ready_while_keys_are_unusable(
+    started: list[EventProcess], jwks_file: Path, tmp_path: Path
+) -> None:
+    """A JWKS that cannot load: alive, but /readyz is 503 naming the keys (and gRPC health
+    NOT_SERVING) — the pod leaves the Service instead of answering 503 to every caller."""
+    env = {**base_env(), "ORRERY_A2A_JWKS_FILE": str(tmp_path / "no-such-jwks.json")}
+    process = start(started, env)
+    serving = process.wait_for("serving")
+    assert serving["keys_usable"] is False
+    assert diag_get(serving["diag"], "/healthz")[0] == 200
+    assert diag_get(serving["diag"], "/readyz") == (503, {"keys": "unusable", "serving": "ok"})
+    assert health(serving["grpc"]) == health_pb2.HealthCheckResponse.NOT_SERVING
     assert process.stop(signal.SIGTERM) == 0
 
 
@@ -208,7 +259,7 @@ def test_workers_die_with_a_parent_killed_outright(
         assert process.finish() == -signal.SIGKILL
         assert wait_gone(tree) == set()
         assert port_free(serving["grpc"])
-        assert port_free(serving["metrics"])
+        assert port_free(serving["diag"])
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 

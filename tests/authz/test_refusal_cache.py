@@ -86,7 +86,7 @@ async def test_remembered_refusals_are_counted(authz: RunningAuthz, issuer: Issu
     for _ in range(3):
         denied(await authz.check(token=token))
     remembered = await metric(
-        f"http://{authz.bound.metrics}/metrics", "orrery_authz_token_refusals_remembered_total"
+        f"http://{authz.bound.diag}/metrics", "orrery_authz_token_refusals_remembered_total"
     )
     assert remembered == 2
 

@@ -33,7 +33,7 @@ def test_defaults_match_the_design() -> None:
     """With only the required variables, every default is docs/contract.md#authz-variables's."""
     settings = AuthzSettings.from_env(minimal_env())
     assert settings.addr == ("127.0.0.1", 9191)
-    assert settings.metrics_addr == ("127.0.0.1", 9192)
+    assert settings.diag_addr == ("127.0.0.1", 9192)
     assert settings.tokens.algorithms == {"RS256", "PS256", "ES256", "EdDSA"}
     assert settings.tokens.max_lifetime == 24 * 3600
     assert settings.tokens.leeway == 60

@@ -10,6 +10,7 @@ test mints tokens with the matching key.
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -42,6 +43,7 @@ class RunningStack:
     url: str
     key: ec.EllipticCurvePrivateKey
     env: Mapping[str, str]
+    verify: ssl.SSLContext | bool = True  # the CA of a TLS listener's certificate
 
     def token(self, kind: TokenKind = "service", **request: Any) -> str:
         return mint(
@@ -73,12 +75,15 @@ class RunningStack:
     def answers(self) -> bool:
         """The card is served and an authorised SendMessage gets a JSON-RPC result."""
         try:
-            card = httpx.get(f"{self.url}/.well-known/agent-card.json", timeout=5)
+            card = httpx.get(
+                f"{self.url}/.well-known/agent-card.json", timeout=5, verify=self.verify
+            )
             sent = httpx.post(
                 f"{self.url}/a2a",
                 json=SEND,
                 headers={"A2A-Version": "1.0", **stack_client.bearer(self.token())},
                 timeout=10,
+                verify=self.verify,
             )
         except httpx.HTTPError:
             return False
@@ -124,7 +129,10 @@ def running_stack(
     *,
     profiles: Iterable[str] = (),
     extra_env: Mapping[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Iterator[RunningStack]:
+    """The stack with `extra_env` over a user's `.env`; `tls`: its listener speaks TLS (the
+    caller sets the TLS variables), and this context verifies it."""
     key = new_signing_key()
     key_dir = work_dir / "issuer"
     key_dir.mkdir()
@@ -132,7 +140,7 @@ def running_stack(
     (key_dir / "issuer-key.pem").chmod(0o644)  # read by uid 10001 in the container; a test key
     key_dir.chmod(0o755)
     port = engine.free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     env = {
         **stand_ins,
         "ORRERY_A2A_IMAGE_TAG": f"compose-{engine.context_digest()}",
@@ -156,7 +164,7 @@ def running_stack(
         stack.up()
         for name in ("authz", "adapter"):
             stack.wait(name, "service_healthy")
-        running = RunningStack(stack, url, key, env)
+        running = RunningStack(stack, url, key, env, tls or True)
         running.wait_answering()
         yield running
     finally:

@@ -87,8 +87,9 @@ def test_only_the_pod_publishes_a_port(services: dict[str, Any]) -> None:
 def test_envoy_runs_the_same_envoy_yaml_rendered_for_a_container(
     services: dict[str, Any],
 ) -> None:
-    """The renderer mounts envoy/envoy.yaml read-only and moves only the listener to 0.0.0.0:8080;
-    Envoy reads the rendered file from the shared volume once the renderer succeeded."""
+    """The renderer mounts envoy/envoy.yaml read-only and moves only the listener to 0.0.0.0:8080
+    (TLS only when the TLS variables are set); Envoy reads the rendered file from the shared
+    volume once the renderer succeeded, and the certificates from ORRERY_A2A_TLS_DIR."""
     render = services["envoy-config"]
     assert render["volumes"] == [
         "./envoy/envoy.yaml:/etc/orrery/envoy.yaml:ro",
@@ -102,8 +103,15 @@ def test_envoy_runs_the_same_envoy_yaml_rendered_for_a_container(
         "--listen": "0.0.0.0:8080",
         "--out": "/srv/envoy/envoy.yaml",
     }
+    assert render["environment"] == {
+        name: f"${{{name}:-}}"
+        for name in ("ORRERY_A2A_TLS_CERT", "ORRERY_A2A_TLS_KEY", "ORRERY_A2A_TLS_CLIENT_CA")
+    }
     envoy = services["envoy"]
-    assert envoy["volumes"] == ["envoy-config:/etc/envoy/rendered:ro"]
+    assert envoy["volumes"] == [
+        "envoy-config:/etc/envoy/rendered:ro",
+        "${ORRERY_A2A_TLS_DIR:-./envoy/no-tls}:/etc/envoy/tls:ro",
+    ]
     assert envoy["command"][:3] == ["envoy", "-c", "/etc/envoy/rendered/envoy.yaml"]
     assert envoy["depends_on"]["envoy-config"] == {"condition": "service_completed_successfully"}
 
@@ -119,7 +127,7 @@ def test_sidecar_addresses_match_envoys_clusters(project: compose.Project) -> No
     authz, adapter = project.services["authz"], project.services["adapter"]
     assert authz.environment["ORRERY_A2A_AUTHZ_ADDR"] == cluster("authz")
     assert adapter.environment["ORRERY_A2A_ADAPTER_ADDR"] == cluster("adapter")
-    assert authz.environment["ORRERY_A2A_AUTHZ_METRICS_ADDR"].startswith("127.0.0.1:")
+    assert authz.environment["ORRERY_A2A_AUTHZ_DIAG_ADDR"].startswith("127.0.0.1:")
 
 
 def test_images_are_pinned_upstream_releases_a_variable_can_replace(

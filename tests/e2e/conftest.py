@@ -224,13 +224,14 @@ async def _wait_ready(envoy: RunningEnvoy, admin_file: Path) -> str:
     raise AssertionError("envoy was not ready in time")
 
 
-async def _listener_port(admin: str) -> int:
+async def listener_port(admin: str, name: str = envoy_config.LISTENER) -> int:
+    """The port Envoy bound for the listener `name` (port 0 in the rendered config)."""
     async with (
         aiohttp.ClientSession() as session,
         session.get(f"http://{admin}/listeners?format=json") as response,
     ):
         statuses = (await response.json())["listener_statuses"]
-    (public,) = [status for status in statuses if status["name"] == envoy_config.LISTENER]
+    (public,) = [status for status in statuses if status["name"] == name]
     return int(public["local_address"]["socket_address"]["port_value"])
 
 
@@ -242,14 +243,16 @@ async def envoy_for(
     adapter_port: int,
     listen_host: str = "127.0.0.1",
     policy: EdgePolicy | None = None,
+    admin_port: int = 0,
 ) -> AsyncIterator[RunningEnvoy]:
     """Run the real Envoy on `envoy/envoy.yaml`, re-pointed at the test's ports (its own listener
     and admin on port 0: the bound ports are read back from the admin API, so no race), with
-    `policy` rendered in as `orrery-a2a up` would."""
+    `policy` rendered in as `orrery-a2a up` would. The diag listener reaches the admin API only on
+    a port known before start: pass `admin_port`."""
     config = envoy_config.render(
         envoy_config.load(ENVOY_YAML),
         listen=(listen_host, 0),
-        admin=("127.0.0.1", 0),
+        admin=("127.0.0.1", admin_port),
         authz=("127.0.0.1", authz_port),
         adapter=("127.0.0.1", adapter_port),
         policy=policy,
@@ -269,7 +272,7 @@ async def envoy_for(
     envoy = RunningEnvoy(port=0, admin="", process=process, log=log)
     try:
         envoy.admin = await _wait_ready(envoy, admin_file)
-        envoy.port = await _listener_port(envoy.admin)
+        envoy.port = await listener_port(envoy.admin)
         yield envoy
     finally:
         process.send_signal(signal.SIGTERM)

@@ -195,7 +195,7 @@ class Edge:
     async def authz_metric(self, sample_name: str) -> float:
         """A metric of authz's, summed over its label sets (its loopback `/metrics`)."""
         return await metric(
-            f"http://{self.component('authz').details['metrics']}/metrics", sample_name
+            f"http://{self.component('authz').details['diag']}/metrics", sample_name
         )
 
     async def adapter_requests(self) -> float:
@@ -286,7 +286,7 @@ def envoy_yaml_with_timeouts(path: Path, *, idle: str, request: str) -> Path:
     `idle_timeout` change, so a test can prove in seconds what the real file promises in minutes.
     """
     config = envoy_config.load(envoy_config.repo_config_path())
-    (listener,) = config["static_resources"]["listeners"]
+    listener = envoy_config.listener(config)
     manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
     manager["request_timeout"] = request
     manager["stream_idle_timeout"] = idle

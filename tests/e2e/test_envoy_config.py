@@ -31,8 +31,10 @@ from tests.e2e.conftest import (
     FakeAuthz,
     Recorder,
     RunningEnvoy,
+    bound_socket,
     envoy_for,
     envoy_validate,
+    listener_port,
     raw_request,
 )
 
@@ -96,9 +98,14 @@ def bootstrap() -> Bootstrap:
     return Bootstrap.from_dict(data)
 
 
+def _listener(bootstrap: Bootstrap, name: str) -> Any:
+    (found,) = [item for item in bootstrap.static_resources.listeners if item.name == name]
+    return found
+
+
 @pytest.fixture(scope="module")
 def hcm(bootstrap: Bootstrap) -> HttpConnectionManager:
-    (listener,) = bootstrap.static_resources.listeners
+    listener = _listener(bootstrap, envoy_config.LISTENER)
     (chain,) = listener.filter_chains
     (network_filter,) = chain.filters
     manager = network_filter.typed_config.unpack()
@@ -162,17 +169,21 @@ def test_admin_listens_on_loopback_only(bootstrap: Bootstrap) -> None:
 
 def test_public_listener_defaults_to_loopback(bootstrap: Bootstrap) -> None:
     """The file's listener is the dev default 127.0.0.1:8080; compose renders 0.0.0.0."""
-    (listener,) = bootstrap.static_resources.listeners
-    assert listener.name == envoy_config.LISTENER
+    listener = _listener(bootstrap, envoy_config.LISTENER)
     assert _socket(listener.address) == ("127.0.0.1", 8080)
     assert listener.per_connection_buffer_limit_bytes is not None
 
 
 def test_clusters_are_loopback_sidecars(bootstrap: Bootstrap) -> None:
-    """authz (9191, HTTP/2 for gRPC) and the adapter (8081) are on loopback, nothing else."""
+    """authz (9191, HTTP/2 for gRPC), the adapter (8081) and the admin API (9901, for the diag
+    listener) are on loopback, nothing else."""
     clusters = {cluster.name: cluster for cluster in bootstrap.static_resources.clusters}
-    assert set(clusters) == {"authz", "adapter"}
-    expected = {"authz": ("127.0.0.1", 9191), "adapter": ("127.0.0.1", 8081)}
+    assert set(clusters) == {"authz", "adapter", envoy_config.ADMIN_CLUSTER}
+    expected = {
+        "authz": ("127.0.0.1", 9191),
+        "adapter": ("127.0.0.1", 8081),
+        envoy_config.ADMIN_CLUSTER: ("127.0.0.1", 9901),
+    }
     for name, cluster in clusters.items():
         endpoints = [
             lb.endpoint.address
@@ -410,11 +421,11 @@ def test_buffering_before_authz_is_bounded(
     bootstrap: Bootstrap, hcm: HttpConnectionManager, http_filters: dict[str, Any]
 ) -> None:
     """What one connection or stream may make Envoy hold before authz has said yes is bounded:
-    the listener's and the clusters' read buffers, the body the buffer filter holds (it runs
+    every listener's and cluster's read buffers, the body the buffer filter holds (it runs
     before ext_authz), HTTP/2 windows and streams per connection."""
-    (listener,) = bootstrap.static_resources.listeners
-    assert listener.per_connection_buffer_limit_bytes is not None
-    assert 0 < listener.per_connection_buffer_limit_bytes <= 64 * 1024
+    for listener in bootstrap.static_resources.listeners:
+        limit = listener.per_connection_buffer_limit_bytes
+        assert limit is not None and 0 < limit <= 64 * 1024, listener.name
     for cluster in bootstrap.static_resources.clusters:
         limit = cluster.per_connection_buffer_limit_bytes
         assert limit is not None and 0 < limit <= 64 * 1024, cluster.name
@@ -614,6 +625,47 @@ async def test_unknown_path_is_a_404_from_envoy(
     assert response.status == 404
     assert response.body == b'{"error":"not_found","error_description":"no such endpoint"}'
     assert response.headers["content-type"] == "application/json"
+    assert recorder.requests == []
+
+
+@pytest.mark.envoy
+async def test_diag_listener_serves_probes_and_metrics_and_nothing_else(
+    tmp_path: Path, recorder: Recorder, closed_port: int
+) -> None:
+    """GET /healthz, /readyz (admin /ready) and /metrics (admin Prometheus stats) answer on the
+    diag listener; no other admin endpoint is reachable through it, however spelled."""
+    with bound_socket() as probe:  # a free port for the admin API, known before Envoy starts
+        admin_port = probe.getsockname()[1]
+    async with envoy_for(
+        tmp_path, authz_port=closed_port, adapter_port=recorder.port, admin_port=admin_port
+    ) as envoy:
+        diag = await listener_port(envoy.admin, envoy_config.DIAG_LISTENER)
+        healthz = await raw_request(diag, "GET", "/healthz")
+        readyz = await raw_request(diag, "GET", "/readyz")
+        metrics = await raw_request(diag, "GET", "/metrics")
+        refused = {
+            (method, path): (await raw_request(diag, method, path)).status
+            for method, path in [
+                ("GET", "/ready"),
+                ("GET", "/stats/prometheus"),
+                ("GET", "/config_dump"),
+                ("GET", "/clusters"),
+                ("POST", "/quitquitquit"),
+                ("POST", "/healthcheck/fail"),
+                ("POST", "/readyz"),
+                ("POST", "/metrics"),
+                ("GET", "/metrics/../config_dump"),
+                ("GET", "/readyz/"),
+                ("GET", "/READYZ"),
+            ]
+        }
+        still_live = await raw_request(diag, "GET", "/readyz")
+    assert (healthz.status, healthz.body) == (200, b'{"status":"ok"}')
+    assert (readyz.status, readyz.body.strip()) == (200, b"LIVE")
+    assert metrics.status == 200
+    assert b"# TYPE envoy_server_live gauge" in metrics.body
+    assert set(refused.values()) == {404}, refused
+    assert still_live.status == 200
     assert recorder.requests == []
 
 

@@ -18,24 +18,30 @@ SOURCE = envoy_config.repo_config_path()
 def _sockets(config: envoy_config.Config) -> list[dict[str, object]]:
     return [
         envoy_config.listener_socket(config),
+        envoy_config.listener_socket(config, envoy_config.DIAG_LISTENER),
         envoy_config.admin_socket(config),
+        *envoy_config.cluster_sockets(config, envoy_config.ADMIN_CLUSTER),
         *envoy_config.cluster_sockets(config, "authz"),
         *envoy_config.cluster_sockets(config, "adapter"),
     ]
 
 
 def test_render_replaces_only_the_named_sockets() -> None:
-    """Listener, admin and the two clusters move; every other byte of config stays."""
+    """Both listeners, admin (and the cluster that reaches it) and the two clusters move; every
+    other byte of config stays."""
     source = envoy_config.load(SOURCE)
     rendered = envoy_config.render(
         source,
         listen=("0.0.0.0", 18080),  # noqa: S104
+        diag=("0.0.0.0", 19902),  # noqa: S104
         admin=("127.0.0.1", 19901),
         authz=("127.0.0.1", 19191),
         adapter=("127.0.0.1", 18081),
     )
     assert [(s["address"], s["port_value"]) for s in _sockets(rendered)] == [
         ("0.0.0.0", 18080),  # noqa: S104
+        ("0.0.0.0", 19902),  # noqa: S104
+        ("127.0.0.1", 19901),
         ("127.0.0.1", 19901),
         ("127.0.0.1", 19191),
         ("127.0.0.1", 18081),
@@ -135,3 +141,76 @@ def test_envoy_config_command_refuses_a_non_loopback_admin_address(
     """`envoy-config --admin 0.0.0.0:9901`: exit 2 and why."""
     assert cli.main(["envoy-config", "--admin", "0.0.0.0:9901"], env={}) == 2
     assert "admin API binds loopback only" in capsys.readouterr().err
+
+
+def test_tls_adds_a_transport_socket_to_the_public_listener_only() -> None:
+    """TLS 1.2+, h2 and http/1.1 by ALPN, the given PEM files, HSTS; diag stays plain HTTP."""
+    source = envoy_config.load(SOURCE)
+    tls = envoy_config.TlsFiles(Path("/tls/tls.crt"), Path("/tls/tls.key"))
+    rendered = envoy_config.render(source, tls=tls)
+    socket = envoy_config.listener(rendered)["filter_chains"][0]["transport_socket"]
+    context = socket["typed_config"]
+    assert socket["name"] == envoy_config.TLS_SOCKET
+    assert context["@type"] == envoy_config.DOWNSTREAM_TLS
+    common = context["common_tls_context"]
+    assert common["tls_params"] == {"tls_minimum_protocol_version": "TLSv1_2"}
+    assert common["alpn_protocols"] == ["h2", "http/1.1"]
+    assert common["tls_certificates"] == [
+        {
+            "certificate_chain": {"filename": "/tls/tls.crt"},
+            "private_key": {"filename": "/tls/tls.key"},
+        }
+    ]
+    assert "require_client_certificate" not in context
+    assert "validation_context" not in common
+    diag = envoy_config.listener(rendered, envoy_config.DIAG_LISTENER)
+    assert "transport_socket" not in diag["filter_chains"][0]
+    manager = envoy_config.listener(rendered)["filter_chains"][0]["filters"][0]["typed_config"]
+    (hsts,) = manager["route_config"]["response_headers_to_add"]
+    assert hsts["header"] == {"key": "strict-transport-security", "value": envoy_config.HSTS}
+
+
+def test_client_ca_requires_a_client_certificate() -> None:
+    """mTLS: the CA file validates peers and a client certificate is required, not optional."""
+    tls = envoy_config.TlsFiles(Path("/c"), Path("/k"), client_ca=Path("/ca.crt"))
+    rendered = envoy_config.render(envoy_config.load(SOURCE), tls=tls)
+    context = envoy_config.listener(rendered)["filter_chains"][0]["transport_socket"]
+    assert context["typed_config"]["require_client_certificate"] is True
+    common = context["typed_config"]["common_tls_context"]
+    assert common["validation_context"] == {"trusted_ca": {"filename": "/ca.crt"}}
+
+
+@pytest.mark.parametrize(
+    ("flags", "problem"),
+    [
+        (["--tls-cert", "/c"], "give both or neither"),
+        (["--tls-key", "/k"], "give both or neither"),
+        (["--client-ca", "/ca"], "needs --tls-cert and --tls-key"),
+    ],
+)
+def test_envoy_config_command_refuses_half_a_tls_configuration(
+    flags: list[str], problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A certificate without its key (or a client CA without TLS) is exit 2, never plain HTTP."""
+    assert cli.main(["envoy-config", *flags], env={}) == 2
+    assert problem in capsys.readouterr().err
+
+
+def test_envoy_config_takes_tls_from_the_environment_too(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """ORRERY_A2A_TLS_CERT/_KEY/_CLIENT_CA (what compose sets) render exactly like the flags;
+    empty values mean unset."""
+    flags = ["--tls-cert", "/t/c.pem", "--tls-key", "/t/k.pem", "--client-ca", "/t/ca.pem"]
+    assert cli.main(["envoy-config", *flags], env={}) == 0
+    by_flags = capsys.readouterr().out
+    env = {
+        "ORRERY_A2A_TLS_CERT": "/t/c.pem",
+        "ORRERY_A2A_TLS_KEY": "/t/k.pem",
+        "ORRERY_A2A_TLS_CLIENT_CA": "/t/ca.pem",
+    }
+    assert cli.main(["envoy-config"], env=env) == 0
+    assert capsys.readouterr().out == by_flags
+    assert cli.main(["envoy-config"], env=dict.fromkeys(env, "")) == 0
+    plain = yaml.safe_load(capsys.readouterr().out)
+    assert "transport_socket" not in envoy_config.listener(plain)["filter_chains"][0]

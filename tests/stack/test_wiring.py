@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from runtime.errors import ConfigError
+from stack.envoy_config import TlsFiles
 from stack.settings import StackSettings
 from stack.wiring import Wiring, adapter_env, authz_env, child_env
 
@@ -19,7 +22,7 @@ def test_defaults_are_designs_ports() -> None:
     """Envoy 8080, admin 9901, authz 9191/9192, adapter 8081, issuer 8090, all loopback."""
     settings = StackSettings.from_env({})
     assert (settings.listen, settings.admin) == (("127.0.0.1", 8080), ("127.0.0.1", 9901))
-    assert (settings.authz, settings.authz_metrics) == (("127.0.0.1", 9191), ("127.0.0.1", 9192))
+    assert (settings.authz, settings.authz_diag) == (("127.0.0.1", 9191), ("127.0.0.1", 9192))
     assert (settings.adapter, settings.issuer) == (("127.0.0.1", 8081), ("127.0.0.1", 8090))
     assert settings.envoy_config.name == "envoy.yaml"
 
@@ -47,12 +50,34 @@ def test_every_bad_setting_is_named_at_once() -> None:
     assert names == ["ORRERY_A2A_AUTHZ_ADDR", "ORRERY_A2A_ISSUER_ADDR", "ORRERY_A2A_ENVOY_CONFIG"]
 
 
+def test_tls_files_come_as_a_pair_and_must_exist(tmp_path: Path) -> None:
+    """Certificate and key together (a client CA only on top); each file must exist."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_text("pem"), key.write_text("pem")
+    settings = StackSettings.from_env(
+        {"ORRERY_A2A_TLS_CERT": str(cert), "ORRERY_A2A_TLS_KEY": str(key)}
+    )
+    assert settings.tls == TlsFiles(cert, key)
+    assert StackSettings.from_env({}).tls is None
+    for env, name in (
+        ({"ORRERY_A2A_TLS_CERT": str(cert)}, "ORRERY_A2A_TLS_CERT"),
+        ({"ORRERY_A2A_TLS_CLIENT_CA": str(cert)}, "ORRERY_A2A_TLS_CLIENT_CA"),
+        (
+            {"ORRERY_A2A_TLS_CERT": str(cert), "ORRERY_A2A_TLS_KEY": str(tmp_path / "none")},
+            "ORRERY_A2A_TLS_KEY",
+        ),
+    ):
+        with pytest.raises(ConfigError) as failed:
+            StackSettings.from_env(env)
+        assert [problem.split(":")[0] for problem in failed.value.problems] == [name]
+
+
 def test_authz_is_wired_to_the_dev_issuer_and_this_runs_keys() -> None:
     """authz gets its addresses, the issuer, JWKS URL, both audiences, the dev console client,
     ES256 and the keys."""
     assert authz_env(StackSettings.from_env({}), WIRING) == {
         "ORRERY_A2A_AUTHZ_ADDR": "127.0.0.1:9191",
-        "ORRERY_A2A_AUTHZ_METRICS_ADDR": "127.0.0.1:9192",
+        "ORRERY_A2A_AUTHZ_DIAG_ADDR": "127.0.0.1:9192",
         "ORRERY_A2A_JWT_ISSUER": "http://127.0.0.1:8090",
         "ORRERY_A2A_JWKS_URL": "http://127.0.0.1:8090/.well-known/jwks.json",
         "ORRERY_A2A_JWT_AUDIENCE": "orrery-a2a",
@@ -97,7 +122,7 @@ def test_replicas_take_free_ports_and_the_adapters_must_share_state() -> None:
     settings = StackSettings.from_env({"ORRERY_A2A_REPLICAS": "2"})
     authz = authz_env(settings, WIRING)
     adapter = adapter_env(settings, WIRING)
-    assert (authz["ORRERY_A2A_AUTHZ_ADDR"], authz["ORRERY_A2A_AUTHZ_METRICS_ADDR"]) == (
+    assert (authz["ORRERY_A2A_AUTHZ_ADDR"], authz["ORRERY_A2A_AUTHZ_DIAG_ADDR"]) == (
         "127.0.0.1:0",
         "127.0.0.1:0",
     )

@@ -1,0 +1,172 @@
+"""Just enough of a kubelet to run the Kubernetes base's pod under Docker, as declared.
+
+`container_options` turns one container of a rendered pod spec into Docker options: the
+manifest's own command, the environment the kubelet would build (`tests.deploy.conftest.
+environment`: literal values, ConfigMap keys, Secret keys), mounts (ConfigMap and Secret
+volumes as read-only bind mounts of files written like the kubelet writes them, `emptyDir` with
+`medium: Memory` as tmpfs), security context (uid, gid, `fsGroup` as a supplementary group,
+read-only root, capabilities, no new privileges) and resource limits. A field it does not
+implement fails the test instead of being ignored, so the pod that runs is the pod declared.
+
+`wait_for_probe` probes the way the kubelet does: an HTTP GET from outside the pod's network
+namespace to the pod's address and the probe's port (here: the holder's published port), until
+a 2xx/3xx or `failureThreshold` times `periodSeconds` runs out.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+Obj = dict[str, Any]
+
+CONTAINER_FIELDS = {
+    "name",
+    "image",
+    "imagePullPolicy",
+    "restartPolicy",
+    "command",
+    "env",
+    "ports",
+    "startupProbe",
+    "readinessProbe",
+    "livenessProbe",
+    "resources",
+    "securityContext",
+    "volumeMounts",
+}
+SECURITY_FIELDS = {
+    "runAsNonRoot",
+    "runAsUser",
+    "runAsGroup",
+    "allowPrivilegeEscalation",
+    "privileged",
+    "readOnlyRootFilesystem",
+    "capabilities",
+    "seccompProfile",
+}
+POD_SECURITY_FIELDS = {"runAsNonRoot", "runAsUser", "runAsGroup", "fsGroup", "seccompProfile"}
+PROBE_FIELDS = {"httpGet", "periodSeconds", "failureThreshold"}
+MEMORY_UNITS = {"Mi": 1024**2, "Gi": 1024**3}
+
+
+def refuse(what: str) -> None:
+    pytest.fail(f"the test kubelet does not implement {what}")
+
+
+def only(fields: Mapping[str, Any], known: set[str], where: str) -> None:
+    unknown = set(fields) - known
+    if unknown:
+        refuse(f"{where}: {sorted(unknown)}")
+
+
+def _bytes(quantity: str) -> int:
+    for suffix, factor in MEMORY_UNITS.items():
+        if quantity.endswith(suffix):
+            return int(quantity.removesuffix(suffix)) * factor
+    refuse(f"memory quantity {quantity!r}")
+    return 0
+
+
+def _nano_cpus(quantity: str) -> int:
+    if quantity.endswith("m"):
+        return int(quantity.removesuffix("m")) * 1_000_000
+    return int(float(quantity) * 1_000_000_000)
+
+
+def container_options(
+    container: Obj,
+    pod: Obj,
+    *,
+    images: Mapping[str, str],
+    env: Mapping[str, str],
+    volumes: Mapping[str, Path],
+) -> dict[str, Any]:
+    """Docker options for `container` of `pod` (`volumes`: name → host directory holding the
+    ConfigMap's or Secret's files; `images`: the manifest's repository → the local image)."""
+    only(container, CONTAINER_FIELDS, f"container {container['name']}")
+    security = container["securityContext"]
+    only(security, SECURITY_FIELDS, "securityContext")
+    pod_security = pod["securityContext"]
+    only(pod_security, POD_SECURITY_FIELDS, "the pod's securityContext")
+    if security.get("seccompProfile", {"type": "RuntimeDefault"}) != {"type": "RuntimeDefault"}:
+        refuse("a seccomp profile other than RuntimeDefault (Docker's default)")
+    uid = security.get("runAsUser", pod_security["runAsUser"])
+    gid = security.get("runAsGroup", pod_security["runAsGroup"])
+    assert uid != 0 and security["runAsNonRoot"]
+    mounts: dict[str, Obj] = {}
+    tmpfs: dict[str, str] = {}
+    declared = {volume["name"]: volume for volume in pod["volumes"]}
+    for mount in container.get("volumeMounts", []):
+        volume = declared[mount["name"]]
+        if "emptyDir" in volume:
+            size = _bytes(volume["emptyDir"]["sizeLimit"])
+            tmpfs[mount["mountPath"]] = f"size={size},mode=1777"
+        elif "configMap" in volume or "secret" in volume:
+            assert mount.get("readOnly") is True
+            mounts[str(volumes[mount["name"]])] = {"bind": mount["mountPath"], "mode": "ro"}
+        else:
+            refuse(f"volume {sorted(volume)}")
+    repository = container["image"].rsplit(":", 1)[0]
+    limits = container["resources"]["limits"]
+    return {
+        "image": images[repository],
+        "entrypoint": container["command"],
+        "command": [],
+        "environment": dict(env),
+        "user": f"{uid}:{gid}",
+        "group_add": [str(pod_security["fsGroup"])],
+        "read_only": security["readOnlyRootFilesystem"],
+        "privileged": security["privileged"],
+        "cap_drop": security["capabilities"]["drop"],
+        "security_opt": [] if security["allowPrivilegeEscalation"] else ["no-new-privileges:true"],
+        "volumes": mounts,
+        "tmpfs": tmpfs,
+        "mem_limit": _bytes(limits["memory"]),
+        "nano_cpus": _nano_cpus(limits["cpu"]),
+    }
+
+
+def write_volume(
+    directory: Path, files: Mapping[str, str], *, mode: int, group: int | None = None
+) -> Path:
+    """A ConfigMap's or Secret's files as the kubelet writes them: `mode`, and the `fsGroup`
+    as their group when the pod has one."""
+    directory.mkdir(parents=True)
+    for name, content in files.items():
+        path = directory / name
+        path.write_text(content)
+        path.chmod(mode)
+        if group is not None:
+            os.chown(path, 0, group)
+    directory.chmod(0o755)
+    return directory
+
+
+def http_get(url: str) -> int | None:
+    """The status of one GET, or None when nothing answers (refused, reset, timed out)."""
+    try:
+        return httpx.get(url, timeout=1.0).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def wait_for_probe(probe: Obj, ports: Mapping[int, int], *, succeed: bool = True) -> None:
+    """Probe until it succeeds (or, with `succeed=False`, fails) within its thresholds."""
+    only(probe, PROBE_FIELDS, "probe")
+    get = probe["httpGet"]
+    url = f"http://127.0.0.1:{ports[get['port']]}{get['path']}"
+    deadline = time.monotonic() + probe["periodSeconds"] * probe["failureThreshold"]
+    while True:
+        status = http_get(url)
+        passed = status is not None and 200 <= status < 400
+        if passed is succeed:
+            return
+        assert time.monotonic() < deadline, f"probe {url} never {'passed' if succeed else 'failed'}"
+        time.sleep(0.5)
