@@ -88,8 +88,9 @@ def test_envoy_runs_the_same_envoy_yaml_rendered_for_a_container(
     services: dict[str, Any],
 ) -> None:
     """The renderer mounts envoy/envoy.yaml read-only and moves only the listener to 0.0.0.0:8080
-    (TLS only when the TLS variables are set); Envoy reads the rendered file from the shared
-    volume once the renderer succeeded, and the certificates from ORRERY_A2A_TLS_DIR."""
+    (the edge policy and TLS only when their variables are set); Envoy reads the rendered file
+    from the shared volume once the renderer succeeded, and the certificates from
+    ORRERY_A2A_TLS_DIR."""
     render = services["envoy-config"]
     assert render["volumes"] == [
         "./envoy/envoy.yaml:/etc/orrery/envoy.yaml:ro",
@@ -105,7 +106,15 @@ def test_envoy_runs_the_same_envoy_yaml_rendered_for_a_container(
     }
     assert render["environment"] == {
         name: f"${{{name}:-}}"
-        for name in ("ORRERY_A2A_TLS_CERT", "ORRERY_A2A_TLS_KEY", "ORRERY_A2A_TLS_CLIENT_CA")
+        for name in (
+            "ORRERY_A2A_CORS_ORIGINS",
+            "ORRERY_A2A_CLIENT_RATE_LIMIT",
+            "ORRERY_A2A_CLIENT_RATE_BURST",
+            "ORRERY_A2A_ENVOY_MAX_HEAP",
+            "ORRERY_A2A_TLS_CERT",
+            "ORRERY_A2A_TLS_KEY",
+            "ORRERY_A2A_TLS_CLIENT_CA",
+        )
     }
     envoy = services["envoy"]
     assert envoy["volumes"] == [

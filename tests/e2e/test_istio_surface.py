@@ -4,9 +4,9 @@ Istio's `envoyExtAuthzGrpc` provider sends authz no `context_extensions`, every 
 and the path as its sidecar normalised it (or not); the sidecar strips none of our headers and
 routes every path to the adapter. This test builds that Envoy from `envoy/envoy.yaml` (no labels,
 all paths to the adapter behind ext_authz except `GET` of the public card, no early header
-removal, all headers to authz, escaped slashes kept) for two mesh settings — `MERGE_SLASHES`
-(what `mesh-config.yaml` sets) and `NONE` (no normalisation at all) — and runs the real authz and
-adapter behind it: the flows work, and every spelling trick is refused.
+removal and no hygiene filter, all headers to authz, escaped slashes kept) for two mesh
+settings — `MERGE_SLASHES` (what `mesh-config.yaml` sets) and `NONE` (no normalisation at all) —
+and runs the real authz and adapter behind it: the flows work, and every spelling trick is refused.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
 
 CARD = "/.well-known/agent-card.json"
 EXT_AUTHZ = "envoy.filters.http.ext_authz"
+# Our request-hygiene filter (reserved headers, query tokens): a mesh's sidecar has none.
+HYGIENE = "envoy.filters.http.lua"
 NORMALISATION = {
     "MERGE_SLASHES": {"normalize_path": True, "merge_slashes": True},
     "NONE": {"normalize_path": False, "merge_slashes": False},
@@ -49,6 +51,7 @@ def istio_like(source: dict[str, Any], normalisation: str) -> dict[str, Any]:
     manager.update(NORMALISATION[normalisation])
     manager["path_with_escaped_slashes_action"] = "KEEP_UNCHANGED"
     manager["common_http_protocol_options"].pop("headers_with_underscores_action")
+    manager["http_filters"] = [f for f in manager["http_filters"] if f["name"] != HYGIENE]
     for http_filter in manager["http_filters"]:
         if http_filter["name"] == EXT_AUTHZ:
             typed = http_filter["typed_config"]
