@@ -24,6 +24,7 @@ import socket
 import subprocess
 from collections.abc import Iterator, Mapping
 from functools import cache
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -154,10 +155,21 @@ def prune_stale(client: Any) -> int:
         )
         for item in listing:
             labels = item.attrs.get("Labels") or item.attrs.get("Config", {}).get("Labels") or {}
-            if not _owner_alive(labels.get(OWNER_LABEL, "")):
-                remove_quietly(item)
+            if not _owner_alive(labels.get(OWNER_LABEL, "")) and _removed_unless_in_use(item):
                 removed += 1
     return removed
+
+
+def _removed_unless_in_use(item: Any) -> bool:
+    """A stale volume or network still used by a container that is not ours to remove (a run
+    in another process namespace, say) stays: pruning is housekeeping, never a test failure."""
+    try:
+        remove_quietly(item)
+    except docker.errors.APIError as error:
+        if error.status_code != HTTPStatus.CONFLICT:
+            raise
+        return False
+    return True
 
 
 def remove_quietly(item: Any) -> None:

@@ -175,3 +175,22 @@ def test_an_engine_with_running_containers_is_neither_released_nor_downed(
     finally:
         dockerd.kill()
         dockerd.wait()
+
+
+@pytest.mark.docker
+def test_pruning_keeps_a_stale_volume_a_live_container_still_uses(docker_client: Any) -> None:
+    """A dead run's volume mounted by a container that is not stale is left, without an error."""
+    dead_owner = {engine.OWNER_LABEL: "1-0"}  # pid 1 never started at tick 0: a run that is gone
+    volume = docker_client.volumes.create(f"orrery-test-prune-{os.getpid()}", labels=dead_owner)
+    try:
+        with engine.temporary(
+            docker_client,
+            "containers",
+            engine.stand_in_images()["ORRERY_ENVOY_IMAGE"],
+            ["true"],
+            volumes={volume.name: {"bind": "/data", "mode": "ro"}},
+        ):
+            engine.prune_stale(docker_client)
+            assert docker_client.volumes.get(volume.name).name == volume.name
+    finally:
+        engine.remove_quietly(volume)
