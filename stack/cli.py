@@ -155,6 +155,7 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
         help="authz and adapter processes behind Envoy (ORRERY_A2A_REPLICAS; 1); more than one"
         " needs DATABASE_URL and ORRERY_A2A_REDIS_URL",
     )
+    _transport_option(parser, "; http serves checks on --authz-http")
     _edge_policy_options(parser)
     _tls_options(parser)
     parser.add_argument(
@@ -272,10 +273,20 @@ def build_parser() -> argparse.ArgumentParser:
         render_cmd.add_argument(
             f"--{name}", type=_address, metavar="HOST:PORT", help=f"{what} (unchanged if absent)"
         )
+    _transport_option(render_cmd, "; --authz then names authz's HTTP transport")
     _edge_policy_options(render_cmd)
     _tls_options(render_cmd, "(where Envoy reads it)")
 
     return parser
+
+
+def _transport_option(parser: argparse.ArgumentParser, more: str = "") -> None:
+    parser.add_argument(
+        "--authz-transport",
+        dest="ORRERY_A2A_AUTHZ_TRANSPORT",
+        choices=envoy_config.AUTHZ_TRANSPORTS,
+        help=f"how Envoy asks authz (ORRERY_A2A_AUTHZ_TRANSPORT; grpc{more})",
+    )
 
 
 def _edge_policy_options(parser: argparse.ArgumentParser) -> None:
@@ -449,6 +460,13 @@ def _tls_files(env: Mapping[str, str]) -> envoy_config.TlsFiles | None:
     return envoy_config.TlsFiles(Path(cert), Path(key), Path(client_ca) if client_ca else None)
 
 
+def _authz_transport(env: Mapping[str, str]) -> envoy_config.AuthzTransport:
+    try:
+        return envoy_config.parse_authz_transport(env.get("ORRERY_A2A_AUTHZ_TRANSPORT") or "grpc")
+    except ValueError as exc:
+        raise ConfigError([f"ORRERY_A2A_AUTHZ_TRANSPORT: {exc}"]) from None
+
+
 def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     rendered = envoy_config.render(
         envoy_config.load(args.source),
@@ -459,6 +477,7 @@ def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         policy=EdgePolicy.from_env(env),
         diag=args.diag,
         tls=_tls_files(env),
+        authz_transport=_authz_transport(env),
     )
     if args.out is None:
         import yaml
