@@ -39,7 +39,7 @@ import functools
 import http
 import socket
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import cast
 
 import httptools
@@ -49,16 +49,16 @@ from authz.decision import Allow, CheckView, Deny
 from authz.errors import Denial
 from authz.responses import DENIAL_HEADERS, REMOVED_HEADERS, denial_body, denial_headers
 from contract.headers import PRINCIPAL_HEADER, TRACE_LINK_HEADER
+from contract.http_checks import CARRIERS
+from contract.http_checks import CHECK_PREFIX as CHECK_PATH_PREFIX
 from runtime.addresses import Address
 from runtime.serving import cannot_listen
 
-CHECK_PREFIX = b"/ext_authz"  # Envoy's http_service.path_prefix
+CHECK_PREFIX = CHECK_PATH_PREFIX.encode()  # Envoy's http_service.path_prefix
 HEALTH_PATH = b"/healthz"
 MAX_HEAD_BYTES = 64 * 1024  # Envoy forwards at most its listener's 32 KiB of request headers
 MAX_HEADERS = 100  # and at most 64 of them, plus its own few
 MAX_QUEUED = 16  # checks waiting on one connection before it stops reading (Envoy never pipelines)
-# A denial with a 5xx status, sent as this 4xx; envoy/envoy.yaml maps each back (local replies).
-CARRIERS: Mapping[int, int] = {503: 463, 508: 468}
 ADDRESS_VARIABLE = "ORRERY_A2A_AUTHZ_HTTP_ADDR"
 
 _REMOVE = b"\r\nx-envoy-auth-headers-to-remove: "

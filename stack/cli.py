@@ -267,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("listen", "the public listener"),
         ("admin", "the admin API (keep it on loopback)"),
         ("authz", "the authz cluster's endpoint"),
+        ("authz-http", "the authz cluster's endpoint with --authz-transport http (else unused)"),
         ("adapter", "the adapter cluster's endpoint"),
         ("diag", "the diagnostics listener (/healthz, /readyz, /metrics)"),
     ):
@@ -468,16 +469,24 @@ def _authz_transport(env: Mapping[str, str]) -> envoy_config.AuthzTransport:
 
 
 def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    transport = _authz_transport(env)
+    authz = args.authz
+    if transport == "http":
+        authz = args.authz_http or args.authz
+        if authz is None:  # the file's endpoint is authz's gRPC port
+            raise ConfigError(
+                ["--authz-transport http: name authz's HTTP transport (--authz-http)"]
+            )
     rendered = envoy_config.render(
         envoy_config.load(args.source),
         listen=args.listen,
         admin=args.admin,
-        authz=args.authz,
+        authz=authz,
         adapter=args.adapter,
         policy=EdgePolicy.from_env(env),
         diag=args.diag,
         tls=_tls_files(env),
-        authz_transport=_authz_transport(env),
+        authz_transport=transport,
     )
     if args.out is None:
         import yaml

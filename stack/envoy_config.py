@@ -30,6 +30,7 @@ from typing import Any, Literal, cast
 import yaml
 
 from contract.headers import PRINCIPAL_HEADER, TRACE_LINK_HEADER
+from contract.http_checks import CHECK_PREFIX
 from runtime.addresses import Address
 from stack.addresses import NotLoopback, require_loopback
 from stack.edge_policy import ANY_ORIGIN, EdgePolicy
@@ -83,9 +84,6 @@ EXT_AUTHZ = "envoy.filters.http.ext_authz"
 HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 AuthzTransport = Literal["grpc", "http"]
 AUTHZ_TRANSPORTS: tuple[AuthzTransport, ...] = ("grpc", "http")
-# authz/http_transport.py CHECK_PREFIX (the stack never imports authz): every check's path starts
-# with it, so no check can reach the transport's /healthz.
-HTTP_CHECK_PREFIX = "/ext_authz"
 # What an HTTP allow may set upstream (overwriting a client's copy), and which headers of an HTTP
 # denial reach the client: exactly what the gRPC answers carry (authz/responses.py).
 HTTP_UPSTREAM_HEADERS = (PRINCIPAL_HEADER, TRACE_LINK_HEADER)
@@ -262,7 +260,7 @@ def parse_authz_transport(text: str) -> AuthzTransport:
 def _http_transport(config: Config) -> None:
     """ext_authz over HTTP/1.1 instead of gRPC, with the same answers (authz/http_transport.py):
     the same cluster (now HTTP/1.1), timeout, failure mode, forwarded headers and mutation rules;
-    every check's path under `HTTP_CHECK_PREFIX`; an allow may set only `HTTP_UPSTREAM_HEADERS`
+    every check's path under `CHECK_PREFIX`; an allow may set only `HTTP_UPSTREAM_HEADERS`
     (removals come as `x-envoy-auth-headers-to-remove`); a denial passes only
     `HTTP_CLIENT_HEADERS` to the client (Envoy adds status, content-length and location)."""
     filters = public_manager(config).get("http_filters", [])
@@ -277,7 +275,7 @@ def _http_transport(config: Config) -> None:
             "cluster": cluster,
             "timeout": grpc_service.get("timeout", "1s"),
         },
-        "path_prefix": HTTP_CHECK_PREFIX,
+        "path_prefix": CHECK_PREFIX,
         "authorization_response": {
             "allowed_upstream_headers": {
                 "patterns": [{"exact": name} for name in HTTP_UPSTREAM_HEADERS]

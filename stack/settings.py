@@ -34,7 +34,7 @@ ADDRESSES: Mapping[str, tuple[str, str]] = {
     "ORRERY_A2A_ENVOY_ADMIN_ADDR": ("--admin", "127.0.0.1:9901"),
     "ORRERY_A2A_AUTHZ_ADDR": ("--authz", "127.0.0.1:9191"),
     "ORRERY_A2A_AUTHZ_DIAG_ADDR": ("--authz-diag", "127.0.0.1:9192"),
-    "ORRERY_A2A_AUTHZ_HTTP_ADDR": ("--authz-http", "127.0.0.1:9193"),
+    "ORRERY_A2A_AUTHZ_HTTP_ADDR": ("--authz-http", "127.0.0.1:9194"),
     "ORRERY_A2A_ADAPTER_ADDR": ("--adapter", "127.0.0.1:8081"),
     "ORRERY_A2A_ISSUER_ADDR": ("--issuer", "127.0.0.1:8090"),
 }
@@ -61,7 +61,7 @@ class StackSettings:
     tls: TlsFiles | None = None
     # How Envoy asks authz (ORRERY_A2A_AUTHZ_TRANSPORT): gRPC, or HTTP on `authz_http`.
     authz_transport: AuthzTransport = "grpc"
-    authz_http: Address = ("127.0.0.1", 9193)
+    authz_http: Address = ("127.0.0.1", 9194)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StackSettings:

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from authz.errors import Denial
-from authz.http_transport import CARRIERS, CHECK_PREFIX, MAX_HEAD_BYTES
+from authz.http_transport import CHECK_PREFIX, MAX_HEAD_BYTES
 from contract.assertion import verify
+from contract.http_checks import CARRIERS
 from tests.authz.support import Issuer, RunningAuthz, base_env, running_authz
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
