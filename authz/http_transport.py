@@ -229,22 +229,19 @@ class CheckConnection(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self._url += url
-        self._count(len(url))
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._count(len(name) + len(value))
-        if len(self._headers) >= MAX_HEADERS:
-            raise _Unreadable
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        headers = self._headers
-        # Repeated fields are joined with "," as in the gRPC CheckRequest's `headers` map.
-        headers[key] = f"{headers[key]},{text}" if key in headers else text
-
-    def _count(self, size: int) -> None:
-        self._head_bytes += size
+        self._head_bytes += len(url)
         if self._head_bytes > MAX_HEAD_BYTES:
             raise _Unreadable
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value)
+        headers = self._headers
+        if self._head_bytes > MAX_HEAD_BYTES or len(headers) >= MAX_HEADERS:
+            raise _Unreadable
+        key = _NAMES.get(name) or _header_name(name)
+        text = value.decode("latin-1")
+        # Repeated fields are joined with "," as in the gRPC CheckRequest's `headers` map.
+        headers[key] = f"{headers[key]},{text}" if key in headers else text
 
     def on_headers_complete(self) -> None:
         if self._parser.should_upgrade():
@@ -272,6 +269,9 @@ class CheckConnection(asyncio.Protocol):
     # --- answering ----------------------------------------------------------------------------
 
     def _drain(self) -> None:
+        """Answer what is queued, in order, from one Task per run of queued checks. (Running a
+        check eagerly inside `data_received` would skip the Task, but code under the decision
+        may need a current task — the Redis client's timeouts do.)"""
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._answer_queued())
 
@@ -280,16 +280,34 @@ class CheckConnection(asyncio.Protocol):
         while queue:
             item = queue.popleft()
             answer = item if isinstance(item, bytes) else await self._checks.answer(item)
-            transport = self._transport
-            if transport is None:
+            if not self._send(answer):
                 return
-            if not answer or answer is REFUSED or answer is FAILED:
-                if answer:
-                    transport.write(answer)
-                transport.close()
-                queue.clear()
-                return
-            transport.write(answer)
-            if self._paused and len(queue) < MAX_QUEUED:
-                self._paused = False
-                transport.resume_reading()
+
+    def _send(self, answer: bytes) -> bool:
+        """Write `answer`; False once the connection is closed (by the close marker `b""`, a
+        refusal or a failure, or by the peer)."""
+        transport = self._transport
+        if transport is None:
+            return False
+        if not answer or answer is REFUSED or answer is FAILED:
+            if answer:
+                transport.write(answer)
+            transport.close()
+            self._queue.clear()
+            return False
+        transport.write(answer)
+        if self._paused and len(self._queue) < MAX_QUEUED:
+            self._paused = False
+            transport.resume_reading()
+        return True
+
+
+_NAMES: dict[bytes, str] = {}  # header names as sent → lowercase str, for the names seen first
+MAX_KNOWN_NAMES = 256
+
+
+def _header_name(raw: bytes) -> str:
+    name = raw.decode("latin-1").lower()
+    if len(_NAMES) < MAX_KNOWN_NAMES:
+        _NAMES[raw] = name
+    return name

@@ -179,6 +179,23 @@ async def test_checks_share_a_kept_alive_connection(
     assert statuses == [200, 401, 200]
 
 
+@pytest.mark.redis
+async def test_checks_that_wait_are_answered_in_order(
+    jwks_file: Path, issuer: Issuer, redis_url: str
+) -> None:
+    """With the limiter in Redis every check waits; pipelined checks still answer in order."""
+    env = {
+        **base_env(jwks_file=jwks_file),
+        "ORRERY_A2A_AUTHZ_HTTP_ADDR": "127.0.0.1:0",
+        "ORRERY_A2A_REDIS_URL": redis_url,
+    }
+    token = issuer.token()
+    async with running_authz(env) as authz, connection(authz) as (reader, writer):
+        writer.write(check_request(token=token) + check_request() + check_request(token=token))
+        statuses = [(await read_answer(reader)).status for _ in range(3)]
+    assert statuses == [200, 401, 200]
+
+
 async def test_repeated_authorization_fields_are_two_credentials(
     authz_http: RunningAuthz, issuer: Issuer
 ) -> None:
