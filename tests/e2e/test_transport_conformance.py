@@ -31,6 +31,7 @@ from contract.assertion import Assertion, AssertionKeys, verify
 from stack.envoy_config import AuthzTransport
 from tests.authz.support import CONSOLE, CONSOLE_CLIENT, Issuer, SigningKey, base_env
 from tests.e2e.conftest import RawResponse, RunningEnvoy, envoy_for, raw_request
+from tests.e2e.edge import running_edge
 from tests.processes import EventProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -285,3 +286,17 @@ async def test_authz_unreachable_is_the_same_503(tmp_path: Path, closed_port: in
     assert answer_of(grpc) == answer_of(http)
     assert grpc.status == 503
     assert json.loads(grpc.body)["error"] == "authz_unavailable"
+
+
+async def test_up_with_the_http_transport_serves_a2a(tmp_path: Path) -> None:
+    """`orrery-a2a up --authz-transport http`: the real adapter answers through HTTP ext_authz
+    (Envoy's authz cluster answered with HTTP 200s), and a refusal is authz's own."""
+    with running_edge(tmp_path, {"ORRERY_A2A_AUTHZ_TRANSPORT": "http"}) as edge:
+        answer = await edge.rpc(edge.token(), "GetTask", {"id": "no-such-task"})
+        assert answer.status_code == 200
+        assert answer.json()["error"]["code"] == -32001  # TaskNotFound: the adapter answered
+        refused = await edge.rpc(None, "GetTask", {"id": "no-such-task"})
+        assert refused.status_code == 401
+        assert refused.json()["error"] == "missing_credential"
+        assert await edge.envoy_counter("cluster.authz.upstream_rq_200") >= 1
+        assert edge.component("authz").details["http"]
