@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import functools
 import http
+import os
 import socket
 from collections import deque
 from collections.abc import Callable
@@ -148,7 +149,9 @@ class HttpChecks:
                 lambda: CheckConnection(self), host, port, reuse_port=reuse_port or None
             )
         except OSError as exc:
-            raise cannot_listen(ADDRESS_VARIABLE, addr, exc) from None
+            # asyncio rewords the system's reason; name it the way the other addresses do.
+            plain = OSError(exc.errno, os.strerror(exc.errno)) if exc.errno else exc
+            raise cannot_listen(ADDRESS_VARIABLE, addr, plain) from None
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
 
