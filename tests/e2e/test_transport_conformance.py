@@ -14,6 +14,7 @@ between processes; order carries no meaning in HTTP).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -67,20 +68,22 @@ async def echo(request: web.Request) -> web.Response:
     return web.json_response({"path": request.path_qs, "headers": dict(request.headers)})
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def transports(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Transports]:
-    root = tmp_path_factory.mktemp("transports")
+@contextlib.asynccontextmanager
+async def both_transports(root: Path, **env: str) -> AsyncIterator[Transports]:
+    """authz (both transports, `env` over the defaults below), the echo upstream and one Envoy
+    per transport, under `root`."""
     issuer = Issuer.with_keys("ES256")
     jwks = root / "jwks.json"
     jwks.write_text(json.dumps(issuer.jwks()))
-    env = {
+    authz_env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
         **base_env(jwks_file=jwks),
         "ORRERY_A2A_AUTHZ_HTTP_ADDR": "127.0.0.1:0",
         "ORRERY_A2A_RATE_LIMIT": f"{RATE}/hour",
+        **env,
     }
-    authz = EventProcess([sys.executable, "-m", "authz"], env)
+    authz = EventProcess([sys.executable, "-m", "authz"], authz_env)
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", echo)
     runner = web.AppRunner(app, access_log=None)
@@ -104,12 +107,18 @@ async def transports(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
                 g,
                 h,
                 issuer,
-                AssertionKeys.parse(env["ORRERY_A2A_ASSERTION_KEYS"]),
+                AssertionKeys.parse(authz_env["ORRERY_A2A_ASSERTION_KEYS"]),
                 SigningKey.generate("ES256"),
             )
     finally:
         await runner.cleanup()
         authz.stop()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def transports(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Transports]:
+    async with both_transports(tmp_path_factory.mktemp("transports")) as started:
+        yield started
 
 
 def _port(address: str) -> int:
@@ -300,3 +309,15 @@ async def test_up_with_the_http_transport_serves_a2a(tmp_path: Path) -> None:
         assert refused.json()["error"] == "missing_credential"
         assert await edge.envoy_counter("cluster.authz.upstream_rq_200") >= 1
         assert edge.component("authz").details["http"]
+
+
+async def test_a_5xx_denial_is_the_same_503(tmp_path: Path, closed_port: int) -> None:
+    """Redis unreachable with ORRERY_A2A_REDIS_FAILURE_MODE=deny: 503 limiter_unavailable on
+    both (over HTTP it travels as 463 and Envoy's local reply restores 503)."""
+    env = {
+        "ORRERY_A2A_REDIS_URL": f"redis://127.0.0.1:{closed_port}/0",
+        "ORRERY_A2A_REDIS_FAILURE_MODE": "deny",
+    }
+    async with both_transports(tmp_path, **env) as transports:
+        token = transports.issuer.token(sub=(sub := _subject()), client_id=sub)
+        await assert_same_denial(transports, "/a2a", bearer(token), 503, "limiter_unavailable")
