@@ -1,9 +1,10 @@
 """`--workers N`: N processes serving Check on one port, one merged metrics endpoint.
 
 The parent spawns the workers (spawn, never fork: a forked gRPC or asyncio runtime is not safe)
-and hands each the validated settings. The first worker binds the configured address — port 0
-lets the OS choose — and reports the real port; the others bind the same port with SO_REUSEPORT,
-so the kernel spreads incoming connections over them. Envoy multiplexes many Checks over a few
+and hands each the validated settings. The first worker binds the configured addresses — port 0
+lets the OS choose — and reports the real ports (gRPC, and HTTP when ORRERY_A2A_AUTHZ_HTTP_ADDR
+is set); the others bind the same ports with SO_REUSEPORT, so the kernel spreads incoming
+connections over them. Envoy multiplexes many Checks over a few
 long-lived HTTP/2 connections, which is why the server ages connections out (see `server.py`).
 
 Diagnostics: each worker writes its metric values to a shared directory (prometheus_client
