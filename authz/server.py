@@ -199,8 +199,8 @@ async def serve(
     reuse_port: bool = False,
     serve_diag: bool = True,
 ) -> None:
-    """Run until `stop` is set; raise `OSError` when the gRPC or diagnostics address cannot be
-    bound. A worker (`serve_diag=False`) leaves diagnostics to its parent."""
+    """Run until `stop` is set; raise `OSError` when the gRPC, HTTP or diagnostics address
+    cannot be bound. A worker (`serve_diag=False`) leaves diagnostics to its parent."""
     metrics = Metrics(redis=settings.limits.redis_url is not None)
     health_servicer = health.aio.HealthServicer()
 
