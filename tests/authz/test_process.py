@@ -141,22 +141,20 @@ def test_address_in_use_exits_1(started: list[EventProcess], jwks_file: Path) ->
     assert "set ORRERY_A2A_AUTHZ_ADDR to a free address" in failure["error"]
 
 
-def test_a_taken_diagnostics_address_names_its_variable(
-    started: list[EventProcess], jwks_file: Path
+@pytest.mark.parametrize("variable", ["ORRERY_A2A_AUTHZ_DIAG_ADDR", "ORRERY_A2A_AUTHZ_HTTP_ADDR"])
+def test_a_taken_address_names_its_variable(
+    started: list[EventProcess], jwks_file: Path, variable: str
 ) -> None:
-    """The diagnostics port taken: one `startup_failed` naming ORRERY_A2A_AUTHZ_DIAG_ADDR, and
-    exit 1."""
+    """The diagnostics or HTTP transport's port taken: one `startup_failed` naming its variable
+    (with the system's reason), and exit 1."""
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        env = {
-            **base_env(jwks_file=jwks_file),
-            "ORRERY_A2A_AUTHZ_DIAG_ADDR": f"127.0.0.1:{port}",
-        }
+        env = {**base_env(jwks_file=jwks_file), variable: f"127.0.0.1:{port}"}
         process = start(started, env)
         failure = process.wait_for("startup_failed")
-        assert failure["variable"] == "ORRERY_A2A_AUTHZ_DIAG_ADDR"
+        assert failure["variable"] == variable
         assert str(port) in failure["error"]
         assert "Address already in use" in failure["error"]
         assert process.finish() == 1
@@ -315,26 +313,6 @@ def http_check(address: str, token: str | None) -> int:
         return connection.getresponse().status
     finally:
         connection.close()
-
-
-def test_a_taken_http_address_names_its_variable(
-    started: list[EventProcess], jwks_file: Path
-) -> None:
-    """The HTTP transport's port taken: one `startup_failed` naming ORRERY_A2A_AUTHZ_HTTP_ADDR,
-    and exit 1."""
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
-        env = {
-            **base_env(jwks_file=jwks_file),
-            "ORRERY_A2A_AUTHZ_HTTP_ADDR": f"127.0.0.1:{port}",
-        }
-        process = start(started, env)
-        failure = process.wait_for("startup_failed")
-        assert failure["variable"] == "ORRERY_A2A_AUTHZ_HTTP_ADDR"
-        assert "Address already in use" in failure["error"]
-        assert process.finish() == 1
 
 
 def test_http_health_is_503_while_keys_are_unusable(
