@@ -22,6 +22,13 @@ Cases:
   authz HTTP, cached ES256    `python -m authz` with ORRERY_A2A_AUTHZ_HTTP_ADDR, defaults
                               (decision log to a file, in-process limiter set never to refuse)
   (for information) the same with ORRERY_A2A_LOG_LEVEL=WARNING: what the decision log costs
+
+`--through-envoy` measures the same checks as Envoy makes them: one Envoy per case, on
+envoy/envoy.yaml rendered by the stack's renderer (1 worker thread, the per-address budget raised),
+in front of another do-nothing server as the upstream; h2load sends `POST /a2a` with the token to
+Envoy. Cases: ext_authz over gRPC to authz, over HTTP to authz (one authz process serves both),
+and over HTTP to the do-nothing server (the floor of Envoy + a Python HTTP ext_authz service).
+Reported: requests/s, and CPU per request of Envoy and of the ext_authz process.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +58,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from contract.assertion import new_keys_spec
 from runtime import logs
 from runtime.serving import log_serving, serving_fields
+from stack import envoy_config
+from stack.edge_policy import EdgePolicy
+from stack.up import free_port
 
 ISSUER = "https://issuer.bench"
 AUDIENCE = "orrery-a2a"
@@ -105,6 +116,7 @@ class Server:
     proc: subprocess.Popen[bytes]
     http: str
     diag: str | None
+    grpc: str | None = None
 
     def cpu_seconds(self) -> float:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -136,7 +148,8 @@ def start(name: str, argv: list[str], env: dict[str, str], log: Path) -> Server:
         for line in log.read_text().splitlines():
             event = serving_fields(line)
             if event is not None:
-                return Server(name, proc, str(event["http"]), event.get("diag"))
+                http, diag, grpc = str(event["http"]), event.get("diag"), event.get("grpc")
+                return Server(name, proc, http, diag, grpc)
         if proc.poll() is not None:
             raise SystemExit(f"{name} exited: {log.read_text()[-2000:]}")
         time.sleep(0.05)
@@ -208,11 +221,158 @@ def es256_token(work: Path) -> str:
     return jwt.encode(claims, key, algorithm="ES256", headers={"kid": "es", "typ": "JWT"})
 
 
+def pid_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+@dataclass
+class Edge:
+    """One Envoy in front of `upstream`, its ext_authz calling `authz` over `transport`."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    authz_pid: int
+
+    @classmethod
+    def start(
+        cls,
+        name: str,
+        work: Path,
+        *,
+        authz: Server,
+        address: str,
+        transport: envoy_config.AuthzTransport,
+        upstream: str,
+    ) -> Edge:
+        host, _, port = address.rpartition(":")
+        up_host, _, up_port = upstream.rpartition(":")
+        listen = ("127.0.0.1", free_port("127.0.0.1"))
+        config = envoy_config.render(
+            envoy_config.load(envoy_config.repo_config_path()),
+            listen=listen,
+            admin=("127.0.0.1", 0),
+            authz=(host, int(port)),
+            adapter=(up_host, int(up_port)),
+            policy=EdgePolicy(client_rate=(100_000_000, 1), client_burst=100_000_000),
+            authz_transport=transport,
+        )
+        path = work / f"{name}.yaml"
+        envoy_config.write(config, path)
+        argv = envoy_config.envoy_command(
+            envoy_config.envoy_binary(dict(os.environ)),
+            path,
+            admin_address_path=work / f"{name}.admin",
+            concurrency=1,
+        )
+        with (work / f"{name}.envoy.log").open("wb") as sink:
+            proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT)
+        edge = cls(name, proc, listen[1], authz.proc.pid)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"envoy for {name} exited")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{edge.port}/none", timeout=2):
+                    pass
+            except urllib.error.HTTPError:
+                return edge  # Envoy answers (404): ready
+            except OSError:
+                time.sleep(0.1)
+        raise SystemExit(f"envoy for {name} did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+@dataclass
+class EdgeRun:
+    rps: float
+    envoy_us: float
+    authz_us: float
+
+
+def through_envoy(edge: Edge, token: str, body: Path, requests: int, connections: int) -> EdgeRun:
+    argv = ["h2load", "--h1", "-n", str(requests), "-c", str(connections), "-m", "1"]
+    argv += ["-d", str(body), "-H", "content-type: application/json"]
+    argv += ["-H", f"authorization: Bearer {token}", f"http://127.0.0.1:{edge.port}/a2a"]
+    envoy_before, authz_before = pid_cpu(edge.proc.pid), pid_cpu(edge.authz_pid)
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    envoy_cpu = pid_cpu(edge.proc.pid) - envoy_before
+    authz_cpu = pid_cpu(edge.authz_pid) - authz_before
+    status = re.search(r"status codes: (\d+) 2xx", out)
+    rps = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
+    if not (status and rps) or int(status[1]) != requests:
+        raise SystemExit(f"h2load through {edge.name} failed:\n{out}")
+    return EdgeRun(float(rps[1]), envoy_cpu / requests * 1e6, authz_cpu / requests * 1e6)
+
+
+def run_through_envoy(
+    servers: dict[str, Server], token: str, work: Path, args: argparse.Namespace
+) -> dict[str, list[EdgeRun]]:
+    authz, nothing = servers[CACHED], servers[BASELINE]
+    assert authz.grpc is not None
+    body = work / "body.json"
+    body.write_bytes(b"{}")
+    # The upstream is a do-nothing server of its own: its CPU is no case's.
+    upstream = start("upstream", [sys.executable, __file__, "--baseline-server"], {}, work / "up")
+    plans: list[tuple[str, Server, str, envoy_config.AuthzTransport]] = [
+        ("Envoy + do-nothing HTTP", nothing, nothing.http, "http"),
+        ("Envoy + authz HTTP", authz, authz.http, "http"),
+        ("Envoy + authz gRPC", authz, authz.grpc, "grpc"),
+    ]
+    edges: list[Edge] = []
+    results: dict[str, list[EdgeRun]] = {name: [] for name, *_ in plans}
+    try:
+        for name, server, address, transport in plans:
+            slug = re.sub(r"\W+", "-", name)
+            edge = Edge.start(
+                slug,
+                work,
+                authz=server,
+                address=address,
+                transport=transport,
+                upstream=upstream.http,
+            )
+            edges.append(edge)
+            edges[-1].name = name
+        for round_ in range(args.rounds):
+            for edge in edges:
+                through_envoy(edge, token, body, args.requests // 10, args.connections)
+                run = through_envoy(edge, token, body, args.requests, args.connections)
+                results[edge.name].append(run)
+            print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr)
+    finally:
+        for edge in edges:
+            edge.stop()
+        upstream.stop()
+    return results
+
+
+def report_through_envoy(results: dict[str, list[EdgeRun]], args: argparse.Namespace) -> None:
+    print(
+        f"through Envoy (1 worker): {args.requests} requests x {args.rounds} rounds, "
+        f"h2load --h1 -c {args.connections} -m 1; medians"
+    )
+    print(f"{'case':<26}{'req/s':>8}{'Envoy us/req':>14}{'ext_authz us/req':>18}")
+    for name, runs in results.items():
+        print(
+            f"{name:<26}{statistics.median(r.rps for r in runs):>8.0f}"
+            f"{statistics.median(r.envoy_us for r in runs):>14.1f}"
+            f"{statistics.median(r.authz_us for r in runs):>18.1f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument(
+        "--through-envoy", action="store_true", help="the checks as Envoy makes them (see above)"
+    )
     parser.add_argument("--baseline-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.baseline_server:
@@ -222,7 +382,8 @@ def main() -> None:
         raise SystemExit("h2load (nghttp2-client) is required")
 
     work = Path(tempfile.mkdtemp(prefix="http-authz-bench-"))
-    headers = check_headers(es256_token(work))
+    token = es256_token(work)
+    headers = check_headers(token)
     env = {
         "ORRERY_A2A_AUTHZ_ADDR": "127.0.0.1:0",
         "ORRERY_A2A_AUTHZ_DIAG_ADDR": "127.0.0.1:0",
@@ -249,6 +410,9 @@ def main() -> None:
     try:
         for index, (name, (argv, extra)) in enumerate(plans.items()):
             servers[name] = start(name, argv, extra, work / f"{index}.log")
+        if args.through_envoy:
+            report_through_envoy(run_through_envoy(servers, token, work, args), args)
+            return
         for round_ in range(args.rounds):
             for name, server in servers.items():
                 results[name].append(measure(server, headers, args))
