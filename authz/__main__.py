@@ -8,11 +8,12 @@ variable), 1 when the service cannot run (address in use, a worker died).
 
 Once listening it logs one `serving` event with the real addresses (port 0 picks free ports):
 `{"event": "serving", "grpc": "127.0.0.1:PORT", "diag": "127.0.0.1:PORT", "workers": N, …}`
-(`diag`: the diagnostics address, `/healthz`, `/readyz`, `/metrics`).
+(`diag`: the diagnostics address, `/healthz`, `/readyz`, `/metrics`; `http`: the HTTP ext_authz
+transport's address when ORRERY_A2A_AUTHZ_HTTP_ADDR is set, else null).
 
-With `--workers N` (N > 1) N processes share the gRPC port (see `authz.workers`). Each worker has
-its own key store and token cache; the in-process rate limiter cannot be shared between
-processes, so N > 1 requires `ORRERY_A2A_REDIS_URL`.
+With `--workers N` (N > 1) N processes share the gRPC port and the HTTP one (see
+`authz.workers`). Each worker has its own key store and token cache; the in-process rate limiter
+cannot be shared between processes, so N > 1 requires `ORRERY_A2A_REDIS_URL`.
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ refusal first:
     6. rate limit       → 429 rate_limited, 503 limiter_unavailable
     7. allow            → the signed x-orrery-principal assertion (+ trace link)
 
-Nothing here knows about gRPC or protobuf: `service.py` turns a CheckRequest into a `CheckView`
-and the result into a CheckResponse; an HTTP ext_authz transport could do the same beside it.
+Nothing here knows about gRPC, HTTP or protobuf: each transport (`service.py` for gRPC,
+`http_transport.py` for HTTP) turns what Envoy sent into a `CheckView`, calls it through
+`checking.Checker`, and encodes the result its own way.
 """
 
 from __future__ import annotations

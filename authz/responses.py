@@ -1,4 +1,6 @@
-"""What Envoy receives: CheckResponse messages for an allow or a denial (upb protobuf classes).
+"""What Envoy receives over gRPC: CheckResponse messages for an allow or a denial (upb protobuf
+classes). The denial's parts (`DENIAL_HEADERS`, `denial_headers`, `denial_body`) and the headers
+an allow removes are shared with the HTTP transport (`http_transport.py`).
 
 Allow (`OkHttpResponse`): set `x-orrery-principal` (and `x-orrery-trace-link` when the client
 sent a valid `traceparent`) with overwrite semantics spelled out twice — `append=false` *and*
@@ -102,23 +104,28 @@ def _denied(
     """A denial is fully determined by these values (descriptions are our literals), so the
     message is built once per distinct denial; it is shared and never modified afterwards —
     gRPC only serializes it."""
-    headers = [
-        _header("content-type", "application/json"),
-        _header("cache-control", "no-store"),
-        *(_header(name, value) for name, value in extra),
-    ]
+    headers = [_header(name, value) for name, value in (*DENIAL_HEADERS, *extra)]
     return CheckResponse(
         status=Status(code=_GRPC_CODES.get(status, code_pb2.PERMISSION_DENIED)),
         denied_response=DeniedHttpResponse(
             status=HttpStatus(code=status),
             headers=headers,
-            body=json.dumps({"error": reason, "error_description": description}),
+            body=denial_body(reason, description),
         ),
     )
 
 
+# What every denial carries, on either transport, before `denial_headers`.
+DENIAL_HEADERS = (("content-type", "application/json"), ("cache-control", "no-store"))
+
+
+def denial_body(reason: str, description: str) -> str:
+    """The JSON body of a denial, the same bytes on either transport."""
+    return json.dumps({"error": reason, "error_description": description})
+
+
 def denial_headers(denial: Denial) -> list[tuple[str, str]]:
-    """The headers a denial adds beyond content-type (shared with any future HTTP transport)."""
+    """The headers a denial adds beyond `DENIAL_HEADERS` (both transports)."""
     if isinstance(denial, MissingCredential):
         return [("www-authenticate", BEARER_CHALLENGE)]
     if isinstance(denial, InvalidRequest):

@@ -1,7 +1,9 @@
 """Assembling and running one authz process: gRPC Check + health, diagnostics, graceful stop.
 
-`serve()` wires the request path (key store → verifier → decider → service) to a grpc.aio
-server, keeps the gRPC health status (`grpc.health.v1`, service "" and
+`serve()` wires the request path (key store → verifier → decider → `Checker`) to a grpc.aio
+server — and, when ORRERY_A2A_AUTHZ_HTTP_ADDR is set, to the HTTP ext_authz transport too
+(`http_transport.py`: the same `Checker`, its own `/healthz`) — keeps the gRPC health status
+(`grpc.health.v1`, service "" and
 `envoy.service.auth.v3.Authorization`) equal to "usable keys are loaded", and on stop: reports
 NOT_SERVING, lets in-flight Checks finish (`SHUTDOWN_GRACE`), then closes the background tasks.
 The diagnostics address (`runtime.diag`: `/healthz`, `/readyz`, `/metrics`) says the same thing
@@ -27,7 +29,9 @@ from envoy.service.auth.v3 import external_auth_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, generate_latest
 
+from authz.checking import Checker
 from authz.decision import Decider
+from authz.http_transport import HttpChecks
 from authz.jwks import KeyStore, source_for
 from authz.limits import Limiter
 from authz.metrics import Metrics
@@ -61,6 +65,7 @@ class Bound:
     grpc: str
     diag: str | None
     keys_usable: bool
+    http: str | None = None
 
 
 def grpc_options(*, reuse_port: bool) -> list[tuple[str, int]]:
@@ -115,6 +120,15 @@ def start_diag(
         raise cannot_listen("ORRERY_A2A_AUTHZ_DIAG_ADDR", addr, exc) from None
 
 
+async def _start_http(
+    checks: HttpChecks, addr: tuple[str, int] | None, *, reuse_port: bool
+) -> str | None:
+    """The HTTP transport on `addr` when one is configured; the address it bound."""
+    if addr is None:
+        return None
+    return format_address((addr[0], await checks.start(addr, reuse_port=reuse_port)))
+
+
 def stop_on_signals(stop: asyncio.Event) -> None:
     """SIGTERM (orchestrators) and SIGINT (Ctrl-C) both mean: stop gracefully."""
     loop = asyncio.get_running_loop()
@@ -135,6 +149,48 @@ async def run(
     await serve(settings, stop, on_ready, reuse_port=reuse_port, serve_diag=serve_diag)
 
 
+def grpc_server(
+    addr: tuple[str, int],
+    checker: Checker,
+    health_servicer: health.aio.HealthServicer,
+    *,
+    reuse_port: bool,
+) -> tuple[grpc.aio.Server, int]:
+    """Check and health on a grpc.aio server bound to `addr`; the server and its port."""
+    server = grpc.aio.server(options=grpc_options(reuse_port=reuse_port))
+    servicer = AuthorizationService(checker)
+    external_auth_pb2_grpc.add_AuthorizationServicer_to_server(servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if not reuse_port:
+        probe_bind(addr)
+    try:
+        return server, server.add_insecure_port(format_address(addr))
+    except RuntimeError as exc:  # grpc reports a failed bind this way, without the errno
+        raise CannotListen(
+            "ORRERY_A2A_AUTHZ_ADDR", addr, "address in use or not available"
+        ) from exc
+
+
+def build_decider(
+    settings: AuthzSettings, metrics: Metrics, keys: KeyStore, limiter: Limiter
+) -> Decider:
+    verifier = TokenVerifier(
+        settings.tokens,
+        keys,
+        cache_size=settings.token_cache_size,
+        on_cache=metrics.cache_lookup,
+        on_remembered_refusal=metrics.token_refusals_remembered.inc,
+    )
+    return Decider(
+        settings.tokens,
+        settings.roles,
+        verifier,
+        limiter,
+        settings.assertion_keys,
+        memo_size=settings.token_cache_size,
+    )
+
+
 async def serve(
     settings: AuthzSettings,
     stop: asyncio.Event,
@@ -143,8 +199,8 @@ async def serve(
     reuse_port: bool = False,
     serve_diag: bool = True,
 ) -> None:
-    """Run until `stop` is set; raise `OSError` when the gRPC or diagnostics address cannot be
-    bound. A worker (`serve_diag=False`) leaves diagnostics to its parent."""
+    """Run until `stop` is set; raise `OSError` when the gRPC, HTTP or diagnostics address
+    cannot be bound. A worker (`serve_diag=False`) leaves diagnostics to its parent."""
     metrics = Metrics(redis=settings.limits.redis_url is not None)
     health_servicer = health.aio.HealthServicer()
 
@@ -165,54 +221,32 @@ async def serve(
     limiter = Limiter(
         settings.limits, on_evict=metrics.ratelimit_evictions.inc, on_redis=metrics.redis_state
     )
-    verifier = TokenVerifier(
-        settings.tokens,
-        keys,
-        cache_size=settings.token_cache_size,
-        on_cache=metrics.cache_lookup,
-        on_remembered_refusal=metrics.token_refusals_remembered.inc,
-    )
-    decider = Decider(
-        settings.tokens,
-        settings.roles,
-        verifier,
-        limiter,
-        settings.assertion_keys,
-        memo_size=settings.token_cache_size,
-    )
-
-    server = grpc.aio.server(options=grpc_options(reuse_port=reuse_port))
-    external_auth_pb2_grpc.add_AuthorizationServicer_to_server(
-        AuthorizationService(decider, metrics), server
-    )
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    host, port = settings.addr
-    if not reuse_port:
-        probe_bind(settings.addr)
-    try:
-        port = server.add_insecure_port(format_address((host, port)))
-    except RuntimeError as exc:  # grpc reports a failed bind this way, without the errno
-        raise CannotListen(
-            "ORRERY_A2A_AUTHZ_ADDR", settings.addr, "address in use or not available"
-        ) from exc
+    checker = Checker(build_decider(settings, metrics, keys, limiter), metrics)
+    server, port = grpc_server(settings.addr, checker, health_servicer, reuse_port=reuse_port)
+    host = settings.addr[0]
     diagnostics = RegistryDiagnostics(metrics.registry, keys.usable)
     heartbeat = Heartbeat()
     beating = asyncio.create_task(heartbeat.run())
     diag_server = None
+    http_checks = HttpChecks(checker, keys.usable)
     try:
         await server.start()
+        http_addr = await _start_http(http_checks, settings.http_addr, reuse_port=reuse_port)
         await keys.start()
         diag_addr = None
         if serve_diag:
             describe_process(metrics.registry)
             diag_server = start_diag(settings.diag_addr, diagnostics, heartbeat)
             diag_addr = format_address((settings.diag_addr[0], diag_server.port))
-        on_ready(Bound(format_address((host, port)), diag_addr, keys.usable()))
+        on_ready(Bound(format_address((host, port)), diag_addr, keys.usable(), http_addr))
         await stop.wait()
         diagnostics.stopping = True
         await health_servicer.enter_graceful_shutdown()
-        await server.stop(SHUTDOWN_GRACE_SECONDS)
+        await asyncio.gather(
+            server.stop(SHUTDOWN_GRACE_SECONDS), http_checks.stop(SHUTDOWN_GRACE_SECONDS)
+        )
     finally:
+        await http_checks.stop(0)
         beating.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await beating

@@ -1,32 +1,20 @@
-"""The gRPC glue: CheckRequest → `CheckView` → decision → CheckResponse, one log event, metrics.
+"""The gRPC transport: CheckRequest → `CheckView` → `Checker` → CheckResponse.
 
-This is the only module that touches the transport. The log event `decision` carries the
-decision, reason code, HTTP status, surface, principal key, request id, path without its query
-or fragment, and latency — never a token, a header value other than the request id, or the
-assertion. A bug inside the decision is logged (`check_failed`, by exception type only) and
-surfaces as a gRPC INTERNAL error, which Envoy turns into its configured fail-closed status (503).
+The decision, its metrics and its log event are transport-free (`checking.py`); this module only
+translates. A bug inside the decision surfaces as a gRPC INTERNAL error, which Envoy turns into
+its configured fail-closed status (503).
 """
 
 from __future__ import annotations
 
-import logging
-import re
-import time
 from typing import Any
 
 from envoy.service.auth.v3 import external_auth_pb2_grpc
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest, CheckResponse
 
 from authz import responses
-from authz.decision import Allow, CheckView, Decider
-from authz.metrics import Metrics
-from contract.identity import Principal
-from runtime import logs
-
-MAX_LOGGED_PATH = 256
-_QUERY_OR_FRAGMENT = re.compile(r"[?#]")
-
-logger = logging.getLogger("authz.decision")
+from authz.checking import Checker
+from authz.decision import Allow, CheckView
 
 
 def check_view(request: CheckRequest) -> CheckView:
@@ -49,48 +37,14 @@ def check_view(request: CheckRequest) -> CheckView:
     return CheckView(headers=headers, surface=extensions.get("surface"), path=http.path)
 
 
-def logged_path(path: str) -> str:
-    """The path without its query or fragment, where a client may put anything (credentials
-    included), cut to `MAX_LOGGED_PATH` characters."""
-    return _QUERY_OR_FRAGMENT.split(path, maxsplit=1)[0][:MAX_LOGGED_PATH]
-
-
 class AuthorizationService(external_auth_pb2_grpc.AuthorizationServicer):  # type: ignore[misc]
     """`envoy.service.auth.v3.Authorization` on grpc.aio."""
 
-    def __init__(self, decider: Decider, metrics: Metrics) -> None:
-        self._decider = decider
-        self._metrics = metrics
+    def __init__(self, checker: Checker) -> None:
+        self._checker = checker
 
     async def Check(self, request: CheckRequest, context: Any) -> CheckResponse:  # noqa: N802
-        started = time.perf_counter()
-        try:
-            result = await self._decider.decide(check_view(request))
-            who: Principal | None
-            if isinstance(result, Allow):
-                response = responses.allowed(result.assertion, result.trace_link)
-                decision, reason, status, who = "allow", "ok", 200, result.principal
-            else:
-                denial = result.denial
-                response = responses.denied(denial)
-                decision, reason, status = "deny", denial.reason, denial.status
-                who = result.principal
-        except Exception:
-            self._metrics.decision("error", "internal_error", time.perf_counter() - started)
-            logger.exception("check_failed")
-            raise
-        elapsed = time.perf_counter() - started
-        self._metrics.decision(decision, reason, elapsed)
-        logs.event(
-            logger,
-            "decision",
-            decision=decision,
-            reason=reason,
-            status=status,
-            surface=result.surface,
-            principal=who.key if who is not None else None,
-            request_id=result.request_id,
-            path=logged_path(request.attributes.request.http.path),
-            ms=round(elapsed * 1000.0, 3),
-        )
-        return response
+        result = await self._checker.check(check_view(request))
+        if isinstance(result, Allow):
+            return responses.allowed(result.assertion, result.trace_link)
+        return responses.denied(result.denial)

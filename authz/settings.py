@@ -96,6 +96,8 @@ class AuthzSettings:
     token_cache_size: int
     limits: RateLimitSettings
     log_level: str
+    # Where the HTTP ext_authz transport listens (`http_transport.py`); None: gRPC only.
+    http_addr: tuple[str, int] | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AuthzSettings:
@@ -117,6 +119,11 @@ class AuthzSettings:
             token_cache_size=read.integer("ORRERY_A2A_TOKEN_CACHE_SIZE", 10_000, maximum=1_000_000),
             limits=_rate_limit_settings(read),
             log_level=read.log_level("ORRERY_A2A_LOG_LEVEL"),
+            http_addr=(
+                read.address("ORRERY_A2A_AUTHZ_HTTP_ADDR", "")
+                if read.raw("ORRERY_A2A_AUTHZ_HTTP_ADDR")
+                else None
+            ),
         )
         read.finish()
         return settings

@@ -1,9 +1,10 @@
 """`--workers N`: N processes serving Check on one port, one merged metrics endpoint.
 
 The parent spawns the workers (spawn, never fork: a forked gRPC or asyncio runtime is not safe)
-and hands each the validated settings. The first worker binds the configured address — port 0
-lets the OS choose — and reports the real port; the others bind the same port with SO_REUSEPORT,
-so the kernel spreads incoming connections over them. Envoy multiplexes many Checks over a few
+and hands each the validated settings. The first worker binds the configured addresses — port 0
+lets the OS choose — and reports the real ports (gRPC, and HTTP when ORRERY_A2A_AUTHZ_HTTP_ADDR
+is set); the others bind the same ports with SO_REUSEPORT, so the kernel spreads incoming
+connections over them. Envoy multiplexes many Checks over a few
 long-lived HTTP/2 connections, which is why the server ages connections out (see `server.py`).
 
 Diagnostics: each worker writes its metric values to a shared directory (prometheus_client
@@ -75,7 +76,7 @@ def worker_main(settings: AuthzSettings, conn: Connection, parent_pid: int) -> N
         # A closed pipe means the parent stopped waiting: it is stopping this worker (SIGTERM is
         # on its way) or it died (and the kernel sends SIGTERM). Either way: not a failure.
         with contextlib.suppress(BrokenPipeError):
-            conn.send(bound.grpc)
+            conn.send(bound)
 
     try:
         asyncio.run(run(settings, ready, reuse_port=True, serve_diag=False))
@@ -135,10 +136,10 @@ def run_workers(settings: AuthzSettings, count: int) -> None:
     diag_server: DiagServer | None = None
     with StopSignals() as stop:
         try:
-            address = _start_workers(settings, count, stop, workers)
-            if address is None:
+            bound = _start_workers(settings, count, stop, workers)
+            if bound is None:
                 return
-            diag_server = _serve_merged_diagnostics(settings, metrics_dir, count, address)
+            diag_server = _serve_merged_diagnostics(settings, metrics_dir, count, bound)
             while not stop.requested:
                 dead = [w for w in workers if not w.is_alive()]
                 if dead:
@@ -153,13 +154,13 @@ def run_workers(settings: AuthzSettings, count: int) -> None:
 
 def _start_workers(
     settings: AuthzSettings, count: int, stop: StopSignals, workers: list[BaseProcess]
-) -> str | None:
+) -> Bound | None:
     """Start workers one by one, adding each to `workers` as it starts (for the caller to stop);
-    return the address they share, or None when a stop signal came first.
+    return the addresses they share, or None when a stop signal came first.
 
     They are started from this thread, the main one: their parent-death signal follows it."""
     context = multiprocessing.get_context("spawn")
-    address = None
+    bound = None
     for index in range(count):
         receiver, sender = context.Pipe(duplex=False)
         worker = context.Process(
@@ -168,33 +169,44 @@ def _start_workers(
         worker.start()
         sender.close()  # the worker has its own copy; ours would hide the worker's exit
         workers.append(worker)
-        address = _await_ready(worker, receiver, stop)
-        if address is None:
+        bound = _await_ready(worker, receiver, stop)
+        if bound is None:
             return None
-        if index == 0:  # the first worker resolved port 0; the others join its port
-            port = address.rpartition(":")[2]
-            settings = dataclasses.replace(settings, addr=(settings.addr[0], int(port)))
-    return address
+        if index == 0:  # the first worker resolved port 0; the others join its ports
+            settings = dataclasses.replace(
+                settings,
+                addr=(settings.addr[0], _port(bound.grpc)),
+                http_addr=(
+                    None
+                    if settings.http_addr is None or bound.http is None
+                    else (settings.http_addr[0], _port(bound.http))
+                ),
+            )
+    return bound
 
 
-def _await_ready(worker: BaseProcess, receiver: Connection, stop: StopSignals) -> str | None:
-    """The address `worker` serves on, or None when a stop signal came first."""
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
+def _await_ready(worker: BaseProcess, receiver: Connection, stop: StopSignals) -> Bound | None:
+    """The addresses `worker` serves on, or None when a stop signal came first."""
     ready = wait([receiver, worker.sentinel, stop.fileno()], timeout=WORKER_START_TIMEOUT)
     if stop.requested:
         return None
     if receiver in ready:
         try:
-            address: str = receiver.recv()
+            bound: Bound = receiver.recv()
         except EOFError:  # it closed the pipe without a word: it is exiting
             pass
         else:
-            return address
+            return bound
     worker.join(1.0)
     raise WorkerDied(worker.exitcode)
 
 
 def _serve_merged_diagnostics(
-    settings: AuthzSettings, metrics_dir: str, count: int, grpc_address: str
+    settings: AuthzSettings, metrics_dir: str, count: int, bound: Bound
 ) -> DiagServer:
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=metrics_dir)  # type: ignore[no-untyped-call]
@@ -204,8 +216,9 @@ def _serve_merged_diagnostics(
     log_serving(
         process_logger,
         workers=count,
-        grpc=grpc_address,
+        grpc=bound.grpc,
         diag=format_address((settings.diag_addr[0], server.port)),
+        http=bound.http,
     )
     return server
 

@@ -59,6 +59,8 @@ def busy_addresses(settings: StackSettings) -> list[str]:
             "ORRERY_A2A_AUTHZ_DIAG_ADDR": settings.authz_diag,
             "ORRERY_A2A_ADAPTER_ADDR": settings.adapter,
         }
+        if settings.authz_transport == "http":
+            addresses["ORRERY_A2A_AUTHZ_HTTP_ADDR"] = settings.authz_http
     problems = []
     for variable, address in addresses.items():
         if address[1] == 0:
@@ -117,14 +119,16 @@ async def component_problems(name: str, env: Mapping[str, str]) -> list[str]:
 async def envoy_problems(settings: StackSettings, env: Mapping[str, str]) -> list[str]:
     """The bootstrap rendered as `up` would (ports that are chosen at start stay 0), validated
     by the Envoy binary `up` would run."""
+    authz = settings.authz_http if settings.authz_transport == "http" else settings.authz
     try:
         config = envoy_config.render(
             envoy_config.load(settings.envoy_config),
             listen=settings.listen,
             admin=settings.admin,
-            authz=settings.authz if settings.replicas == 1 else (settings.authz[0], 0),
+            authz=authz if settings.replicas == 1 else (authz[0], 0),
             adapter=settings.adapter if settings.replicas == 1 else (settings.adapter[0], 0),
             policy=settings.edge,
+            authz_transport=settings.authz_transport,
         )
         binary = envoy_config.envoy_binary(dict(env))
     except envoy_config.EnvoyConfigError as exc:

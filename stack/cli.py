@@ -155,6 +155,7 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
         help="authz and adapter processes behind Envoy (ORRERY_A2A_REPLICAS; 1); more than one"
         " needs DATABASE_URL and ORRERY_A2A_REDIS_URL",
     )
+    _transport_option(parser, "; http serves checks on --authz-http")
     _edge_policy_options(parser)
     _tls_options(parser)
     parser.add_argument(
@@ -266,16 +267,27 @@ def build_parser() -> argparse.ArgumentParser:
         ("listen", "the public listener"),
         ("admin", "the admin API (keep it on loopback)"),
         ("authz", "the authz cluster's endpoint"),
+        ("authz-http", "the authz cluster's endpoint with --authz-transport http (else unused)"),
         ("adapter", "the adapter cluster's endpoint"),
         ("diag", "the diagnostics listener (/healthz, /readyz, /metrics)"),
     ):
         render_cmd.add_argument(
             f"--{name}", type=_address, metavar="HOST:PORT", help=f"{what} (unchanged if absent)"
         )
+    _transport_option(render_cmd, "; --authz then names authz's HTTP transport")
     _edge_policy_options(render_cmd)
     _tls_options(render_cmd, "(where Envoy reads it)")
 
     return parser
+
+
+def _transport_option(parser: argparse.ArgumentParser, more: str = "") -> None:
+    parser.add_argument(
+        "--authz-transport",
+        dest="ORRERY_A2A_AUTHZ_TRANSPORT",
+        choices=envoy_config.AUTHZ_TRANSPORTS,
+        help=f"how Envoy asks authz (ORRERY_A2A_AUTHZ_TRANSPORT; grpc{more})",
+    )
 
 
 def _edge_policy_options(parser: argparse.ArgumentParser) -> None:
@@ -449,16 +461,32 @@ def _tls_files(env: Mapping[str, str]) -> envoy_config.TlsFiles | None:
     return envoy_config.TlsFiles(Path(cert), Path(key), Path(client_ca) if client_ca else None)
 
 
+def _authz_transport(env: Mapping[str, str]) -> envoy_config.AuthzTransport:
+    try:
+        return envoy_config.parse_authz_transport(env.get("ORRERY_A2A_AUTHZ_TRANSPORT") or "grpc")
+    except ValueError as exc:
+        raise ConfigError([f"ORRERY_A2A_AUTHZ_TRANSPORT: {exc}"]) from None
+
+
 def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    transport = _authz_transport(env)
+    authz = args.authz
+    if transport == "http":
+        authz = args.authz_http or args.authz
+        if authz is None:  # the file's endpoint is authz's gRPC port
+            raise ConfigError(
+                ["--authz-transport http: name authz's HTTP transport (--authz-http)"]
+            )
     rendered = envoy_config.render(
         envoy_config.load(args.source),
         listen=args.listen,
         admin=args.admin,
-        authz=args.authz,
+        authz=authz,
         adapter=args.adapter,
         policy=EdgePolicy.from_env(env),
         diag=args.diag,
         tls=_tls_files(env),
+        authz_transport=transport,
     )
     if args.out is None:
         import yaml

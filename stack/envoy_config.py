@@ -25,10 +25,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import yaml
 
+from contract.headers import PRINCIPAL_HEADER, TRACE_LINK_HEADER
+from contract.http_checks import CHECK_PREFIX
 from runtime.addresses import Address
 from stack.addresses import NotLoopback, require_loopback
 from stack.edge_policy import ANY_ORIGIN, EdgePolicy
@@ -78,6 +80,21 @@ DOWNSTREAM_TLS = (
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
 )
 HSTS = "max-age=31536000"
+EXT_AUTHZ = "envoy.filters.http.ext_authz"
+HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+AuthzTransport = Literal["grpc", "http"]
+AUTHZ_TRANSPORTS: tuple[AuthzTransport, ...] = ("grpc", "http")
+# What an HTTP allow may set upstream (overwriting a client's copy), and which headers of an HTTP
+# denial reach the client: exactly what the gRPC answers carry (authz/responses.py).
+HTTP_UPSTREAM_HEADERS = (PRINCIPAL_HEADER, TRACE_LINK_HEADER)
+HTTP_CLIENT_HEADERS = (
+    "content-type",
+    "cache-control",
+    "www-authenticate",
+    "retry-after",
+    "ratelimit-policy",
+    "ratelimit",
+)
 
 Config = dict[str, Any]
 
@@ -196,6 +213,7 @@ def render(
     policy: EdgePolicy | None = None,
     diag: Address | None = None,
     tls: TlsFiles | None = None,
+    authz_transport: AuthzTransport = "grpc",
 ) -> Config:
     """A copy of `config` with the given sockets replaced, the deployment's policy and TLS added.
 
@@ -203,6 +221,8 @@ def render(
     admin address must be loopback (`EnvoyConfigError` otherwise). `policy` renders what the
     deployment decides (`stack.edge_policy`): CORS origins, the client budget, the heap budget.
     The `envoy_admin` cluster (the diag listener's way to the admin API) follows `admin`.
+    `authz_transport="http"` makes ext_authz call authz's HTTP transport (`_http_transport`):
+    `authz` then names the addresses of that transport (ORRERY_A2A_AUTHZ_HTTP_ADDR).
     """
     rendered = copy.deepcopy(config)
     if listen is not None:
@@ -223,7 +243,62 @@ def render(
         _apply(rendered, policy)
     if tls is not None:
         _terminate_tls(rendered, tls)
+    if authz_transport == "http":
+        _http_transport(rendered)
     return rendered
+
+
+def parse_authz_transport(text: str) -> AuthzTransport:
+    """`grpc` or `http` (ORRERY_A2A_AUTHZ_TRANSPORT, any case)."""
+    value = text.strip().lower()
+    for transport in AUTHZ_TRANSPORTS:
+        if value == transport:
+            return transport
+    raise ValueError(f"expected grpc or http, got {text!r}")
+
+
+def _http_transport(config: Config) -> None:
+    """ext_authz over HTTP/1.1 instead of gRPC, with the same answers (authz/http_transport.py):
+    the same cluster (now HTTP/1.1), timeout, failure mode, forwarded headers and mutation rules;
+    every check's path under `CHECK_PREFIX`; an allow may set only `HTTP_UPSTREAM_HEADERS`
+    (removals come as `x-envoy-auth-headers-to-remove`); a denial passes only
+    `HTTP_CLIENT_HEADERS` to the client (Envoy adds status, content-length and location)."""
+    filters = public_manager(config).get("http_filters", [])
+    ext_authz = _named(filters, EXT_AUTHZ, "HTTP filter")["typed_config"]
+    grpc_service = ext_authz.get("grpc_service")
+    if not isinstance(grpc_service, dict) or "envoy_grpc" not in grpc_service:
+        raise EnvoyConfigError(f"the {EXT_AUTHZ} filter has no envoy_grpc service to replace")
+    cluster = grpc_service["envoy_grpc"]["cluster_name"]
+    http_service = {
+        "server_uri": {
+            "uri": f"http://{cluster}",
+            "cluster": cluster,
+            "timeout": grpc_service.get("timeout", "1s"),
+        },
+        "path_prefix": CHECK_PREFIX,
+        "authorization_response": {
+            "allowed_upstream_headers": {
+                "patterns": [{"exact": name} for name in HTTP_UPSTREAM_HEADERS]
+            },
+            "allowed_client_headers": {
+                "patterns": [{"exact": name} for name in HTTP_CLIENT_HEADERS]
+            },
+        },
+    }
+    # In place of grpc_service, keeping the filter's other settings where they were.
+    replaced = {
+        ("http_service" if key == "grpc_service" else key): (
+            http_service if key == "grpc_service" else value
+        )
+        for key, value in ext_authz.items()
+    }
+    ext_authz.clear()
+    ext_authz.update(replaced)
+    found, _ = _lb_endpoints(config, cluster)
+    options = found.get("typed_extension_protocol_options", {}).get(HTTP_OPTIONS)
+    if not isinstance(options, dict):
+        raise EnvoyConfigError(f"the Envoy config's cluster {cluster!r} has no {HTTP_OPTIONS}")
+    options["explicit_http_config"] = {"http_protocol_options": {}}
 
 
 def _apply(config: Config, policy: EdgePolicy) -> None:

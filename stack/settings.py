@@ -19,7 +19,13 @@ from runtime.env import EnvReader
 from runtime.errors import ConfigError
 from stack.addresses import NotLoopback, require_loopback
 from stack.edge_policy import EdgePolicy
-from stack.envoy_config import ADMIN, TlsFiles, repo_config_path
+from stack.envoy_config import (
+    ADMIN,
+    AuthzTransport,
+    TlsFiles,
+    parse_authz_transport,
+    repo_config_path,
+)
 from stack.state import default_state_dir
 
 # variable → (flag of `orrery-a2a up`, default)
@@ -28,6 +34,7 @@ ADDRESSES: Mapping[str, tuple[str, str]] = {
     "ORRERY_A2A_ENVOY_ADMIN_ADDR": ("--admin", "127.0.0.1:9901"),
     "ORRERY_A2A_AUTHZ_ADDR": ("--authz", "127.0.0.1:9191"),
     "ORRERY_A2A_AUTHZ_DIAG_ADDR": ("--authz-diag", "127.0.0.1:9192"),
+    "ORRERY_A2A_AUTHZ_HTTP_ADDR": ("--authz-http", "127.0.0.1:9194"),
     "ORRERY_A2A_ADAPTER_ADDR": ("--adapter", "127.0.0.1:8081"),
     "ORRERY_A2A_ISSUER_ADDR": ("--issuer", "127.0.0.1:8090"),
 }
@@ -52,6 +59,9 @@ class StackSettings:
     card_signing_keys: str | None = None
     edge: EdgePolicy = field(default_factory=EdgePolicy)
     tls: TlsFiles | None = None
+    # How Envoy asks authz (ORRERY_A2A_AUTHZ_TRANSPORT): gRPC, or HTTP on `authz_http`.
+    authz_transport: AuthzTransport = "grpc"
+    authz_http: Address = ("127.0.0.1", 9194)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StackSettings:
@@ -93,6 +103,10 @@ class StackSettings:
             card_signing_keys=reader.raw("ORRERY_A2A_CARD_SIGNING_KEYS") or None,
             edge=EdgePolicy.read(reader),
             tls=_tls(reader),
+            authz_transport=reader.parsed(
+                "ORRERY_A2A_AUTHZ_TRANSPORT", "grpc", parse_authz_transport, "grpc"
+            ),
+            authz_http=address["ORRERY_A2A_AUTHZ_HTTP_ADDR"],
         )
         return settings, reader.problems
 

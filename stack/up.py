@@ -264,8 +264,12 @@ class LocalStack:
             authz = await self.supervisor.start(
                 self._component(name, [python, "-m", "authz"], authz_env(settings, wiring))
             )
-            self._ready(authz, f"{authz.details.get('grpc')}, diag {authz.details.get('diag')}")
-            authz_addresses.append(parse_address(str(authz.details["grpc"])))
+            transport = settings.authz_transport
+            self._ready(
+                authz,
+                f"{authz.details.get(transport)} ({transport}), diag {authz.details.get('diag')}",
+            )
+            authz_addresses.append(parse_address(str(authz.details[transport])))
         adapter_addresses = []
         for name in self._replica_names("adapter"):
             adapter = await self.supervisor.start(
@@ -282,6 +286,7 @@ class LocalStack:
             adapter=adapter_addresses,
             policy=settings.edge,
             tls=settings.tls,
+            authz_transport=settings.authz_transport,
         )
         config_path = self.state_dir / ENVOY_CONFIG_FILE
         envoy_config.write(config, config_path)

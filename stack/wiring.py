@@ -41,7 +41,7 @@ def _replica(settings: StackSettings, address: Address) -> str:
 
 
 def authz_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:
-    return {
+    env = {
         "ORRERY_A2A_AUTHZ_ADDR": _replica(settings, settings.authz),
         "ORRERY_A2A_AUTHZ_DIAG_ADDR": _replica(settings, settings.authz_diag),
         "ORRERY_A2A_JWT_ISSUER": wiring.issuer,
@@ -53,6 +53,9 @@ def authz_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:
         "ORRERY_A2A_JWT_ALGORITHMS": DEV_ALGORITHMS,
         "ORRERY_A2A_ASSERTION_KEYS": wiring.assertion_keys,
     }
+    if settings.authz_transport == "http":
+        env["ORRERY_A2A_AUTHZ_HTTP_ADDR"] = _replica(settings, settings.authz_http)
+    return env
 
 
 def adapter_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -140,22 +141,20 @@ def test_address_in_use_exits_1(started: list[EventProcess], jwks_file: Path) ->
     assert "set ORRERY_A2A_AUTHZ_ADDR to a free address" in failure["error"]
 
 
-def test_a_taken_diagnostics_address_names_its_variable(
-    started: list[EventProcess], jwks_file: Path
+@pytest.mark.parametrize("variable", ["ORRERY_A2A_AUTHZ_DIAG_ADDR", "ORRERY_A2A_AUTHZ_HTTP_ADDR"])
+def test_a_taken_address_names_its_variable(
+    started: list[EventProcess], jwks_file: Path, variable: str
 ) -> None:
-    """The diagnostics port taken: one `startup_failed` naming ORRERY_A2A_AUTHZ_DIAG_ADDR, and
-    exit 1."""
+    """The diagnostics or HTTP transport's port taken: one `startup_failed` naming its variable
+    (with the system's reason), and exit 1."""
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        env = {
-            **base_env(jwks_file=jwks_file),
-            "ORRERY_A2A_AUTHZ_DIAG_ADDR": f"127.0.0.1:{port}",
-        }
+        env = {**base_env(jwks_file=jwks_file), variable: f"127.0.0.1:{port}"}
         process = start(started, env)
         failure = process.wait_for("startup_failed")
-        assert failure["variable"] == "ORRERY_A2A_AUTHZ_DIAG_ADDR"
+        assert failure["variable"] == variable
         assert str(port) in failure["error"]
         assert "Address already in use" in failure["error"]
         assert process.finish() == 1
@@ -300,3 +299,51 @@ def test_serving_is_logged_even_when_decisions_are_not(
     assert check_once(serving["grpc"], issuer.token()) == 0
     assert process.stop() == 0
     assert [e["event"] for e in process.events] == ["serving", "stopped"]
+
+
+def http_check(address: str, token: str | None) -> int:
+    """One check as Envoy's HTTP ext_authz client sends it; the status."""
+    headers = {"x-request-id": "req-1"}
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
+    host, _, port = address.rpartition(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request("GET", "/ext_authz/a2a", headers=headers)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_http_health_is_503_while_keys_are_unusable(
+    started: list[EventProcess], tmp_path: Path
+) -> None:
+    """The HTTP transport's /healthz says what gRPC health says: not serving without keys."""
+    env = {
+        **base_env(),
+        "ORRERY_A2A_JWKS_FILE": str(tmp_path / "no-such-jwks.json"),
+        "ORRERY_A2A_AUTHZ_HTTP_ADDR": "127.0.0.1:0",
+    }
+    process = start(started, env)
+    serving = process.wait_for("serving")
+    assert diag_get(serving["http"], "/healthz")[0] == 503
+    assert process.stop(signal.SIGTERM) == 0
+
+
+def test_workers_share_the_http_port_too(
+    started: list[EventProcess], jwks_file: Path, issuer: Issuer, redis_url: str
+) -> None:
+    """--workers 2 with the HTTP transport: both serve one HTTP port beside the gRPC one."""
+    env = {
+        **base_env(jwks_file=jwks_file),
+        "ORRERY_A2A_REDIS_URL": redis_url,
+        "ORRERY_A2A_AUTHZ_HTTP_ADDR": "127.0.0.1:0",
+    }
+    process = start(started, env, "--workers", "2")
+    serving = process.wait_for("serving")
+    workers = [e for e in process.events if e["event"] == "worker_serving"]
+    assert {e["http"] for e in workers} == {serving["http"]}
+    statuses = [http_check(serving["http"], issuer.token()) for _ in range(4)]
+    assert statuses == [200] * 4
+    assert http_check(serving["http"], None) == 401
+    assert process.stop(signal.SIGTERM) == 0

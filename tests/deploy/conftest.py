@@ -29,8 +29,10 @@ KUSTOMIZATIONS = {
     "replicated": KUBERNETES / "overlays" / "replicated",
     "istio": KUBERNETES / "overlays" / "istio",
 }
-# What an operator writes: the base plus both optional components (mTLS, PodMonitor).
+# What an operator writes: the base plus both optional components (mTLS, PodMonitor); and the
+# base with Envoy asking authz over HTTP (a component that, like mTLS, replaces Envoy's config).
 COMPONENTS = ("components/mtls", "components/monitoring")
+COMPOSITIONS = {"composed": COMPONENTS, "http-authz": ("components/http-authz",)}
 
 Obj = dict[str, Any]
 
@@ -136,26 +138,27 @@ def environment(
 
 @pytest.fixture(scope="session")
 def renderings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Manifests]:
-    """base, replicated, istio, and `composed` (base + components), each rendered once."""
+    """base, replicated, istio, and the `COMPOSITIONS` (base + components), each rendered once."""
     rendered = {name: Manifests(name, kustomize(path)) for name, path in KUSTOMIZATIONS.items()}
-    # kustomize wants relative paths to other kustomizations, from a directory of its own.
-    composed = tmp_path_factory.mktemp("composed")
-    relative = Path(os.path.relpath(KUBERNETES, composed))
-    (composed / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": [str(relative / "base")],
-                "components": [str(relative / component) for component in COMPONENTS],
-            }
+    for name, components in COMPOSITIONS.items():
+        # kustomize wants relative paths to other kustomizations, from a directory of its own.
+        composed = tmp_path_factory.mktemp(name)
+        relative = Path(os.path.relpath(KUBERNETES, composed))
+        (composed / "kustomization.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                    "kind": "Kustomization",
+                    "resources": [str(relative / "base")],
+                    "components": [str(relative / component) for component in components],
+                }
+            )
         )
-    )
-    rendered["composed"] = Manifests("composed", kustomize(composed))
+        rendered[name] = Manifests(name, kustomize(composed))
     return rendered
 
 
-@pytest.fixture(params=[*KUSTOMIZATIONS, "composed"])
+@pytest.fixture(params=[*KUSTOMIZATIONS, *COMPOSITIONS])
 def manifests(request: pytest.FixtureRequest, renderings: dict[str, Manifests]) -> Manifests:
     """Each rendering in turn."""
     return renderings[request.param]

@@ -100,11 +100,15 @@ def test_the_crd_validator_refuses_a_bad_resource() -> None:
 
 
 def test_committed_envoy_configs_are_a_fresh_rendering(tmp_path: Path) -> None:
-    """base/envoy.yaml and components/mtls/envoy.yaml are what render-envoy-config writes now:
+    """base/envoy.yaml and the components' envoy.yaml are what render-envoy-config writes now:
     change envoy/envoy.yaml or the renderer, and this fails until you re-run it."""
     env = {**os.environ, "ORRERY_A2A": str(Path(sys.executable).with_name("orrery-a2a"))}
     subprocess.run([str(KUBERNETES / "render-envoy-config"), str(tmp_path)], env=env, check=True)
-    for relative in ("base/envoy.yaml", "components/mtls/envoy.yaml"):
+    for relative in (
+        "base/envoy.yaml",
+        "components/mtls/envoy.yaml",
+        "components/http-authz/envoy.yaml",
+    ):
         assert (tmp_path / relative).read_text() == (KUBERNETES / relative).read_text(), relative
 
 
@@ -118,7 +122,7 @@ def _configmap_envoy(manifests: Manifests) -> dict[str, Any]:
 
 
 @pytest.mark.envoy
-@pytest.mark.parametrize("name", ["base", "composed"])
+@pytest.mark.parametrize("name", ["base", "composed", "http-authz"])
 def test_envoy_accepts_the_configmaps_config(
     renderings: dict[str, Manifests], name: str, tmp_path: Path
 ) -> None:
@@ -166,6 +170,27 @@ def test_the_pods_envoy_terminates_tls_and_diag_is_reachable(
         "/etc/envoy/tls",
         "/etc/envoy/client-ca",
     }
+
+
+def test_the_http_authz_component_points_envoy_at_authzs_http_transport(
+    renderings: dict[str, Manifests],
+) -> None:
+    """authz serves its HTTP transport on the pod's loopback; Envoy's ext_authz calls exactly
+    that address over HTTP/1.1, with the same cluster, timeout and failure mode."""
+    rendered = renderings["http-authz"]
+    address = env_of(rendered.container("authz"))["ORRERY_A2A_AUTHZ_HTTP_ADDR"]["value"]
+    host, _, port = address.rpartition(":")
+    config = _configmap_envoy(rendered)
+    assert envoy_config.cluster_sockets(config, "authz") == [
+        {"address": host, "port_value": int(port)}
+    ]
+    assert host == "127.0.0.1"
+    manager = envoy_config.public_manager(config)
+    (ext_authz,) = [f for f in manager["http_filters"] if f["name"] == envoy_config.EXT_AUTHZ]
+    settings = ext_authz["typed_config"]
+    assert "grpc_service" not in settings
+    assert settings["http_service"]["server_uri"]["cluster"] == "authz"
+    assert settings["failure_mode_allow"] is False
 
 
 def test_every_container_is_hardened(manifests: Manifests) -> None:

@@ -88,9 +88,9 @@ def test_envoy_runs_the_same_envoy_yaml_rendered_for_a_container(
     services: dict[str, Any],
 ) -> None:
     """The renderer mounts envoy/envoy.yaml read-only and moves only the listener to 0.0.0.0:8080
-    (the edge policy and TLS only when their variables are set); Envoy reads the rendered file
-    from the shared volume once the renderer succeeded, and the certificates from
-    ORRERY_A2A_TLS_DIR."""
+    (the edge policy, TLS and the HTTP authz transport only when their variables are set); Envoy
+    reads the rendered file from the shared volume once the renderer succeeded, and the
+    certificates from ORRERY_A2A_TLS_DIR."""
     render = services["envoy-config"]
     assert render["volumes"] == [
         "./envoy/envoy.yaml:/etc/orrery/envoy.yaml:ro",
@@ -102,11 +102,13 @@ def test_envoy_runs_the_same_envoy_yaml_rendered_for_a_container(
     assert options == {
         "--source": "/etc/orrery/envoy.yaml",
         "--listen": "0.0.0.0:8080",
+        "--authz-http": services["authz"]["environment"]["ORRERY_A2A_AUTHZ_HTTP_ADDR"],
         "--out": "/srv/envoy/envoy.yaml",
     }
     assert render["environment"] == {
         name: f"${{{name}:-}}"
         for name in (
+            "ORRERY_A2A_AUTHZ_TRANSPORT",
             "ORRERY_A2A_CORS_ORIGINS",
             "ORRERY_A2A_CLIENT_RATE_LIMIT",
             "ORRERY_A2A_CLIENT_RATE_BURST",

@@ -244,11 +244,13 @@ async def envoy_for(
     listen_host: str = "127.0.0.1",
     policy: EdgePolicy | None = None,
     admin_port: int = 0,
+    authz_transport: envoy_config.AuthzTransport = "grpc",
 ) -> AsyncIterator[RunningEnvoy]:
     """Run the real Envoy on `envoy/envoy.yaml`, re-pointed at the test's ports (its own listener
     and admin on port 0: the bound ports are read back from the admin API, so no race), with
     `policy` rendered in as `orrery-a2a up` would. The diag listener reaches the admin API only on
-    a port known before start: pass `admin_port`."""
+    a port known before start: pass `admin_port`. With `authz_transport="http"`, `authz_port` is
+    authz's HTTP transport."""
     config = envoy_config.render(
         envoy_config.load(ENVOY_YAML),
         listen=(listen_host, 0),
@@ -256,6 +258,7 @@ async def envoy_for(
         authz=("127.0.0.1", authz_port),
         adapter=("127.0.0.1", adapter_port),
         policy=policy,
+        authz_transport=authz_transport,
     )
     config_path = tmp_path / "envoy.yaml"
     envoy_config.write(config, config_path)

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from adapter.messages import MAX_BODY_BYTES
+from contract.http_checks import CARRIERS
 from stack import envoy_config
 from stack.edge_policy import EdgePolicy
 from tests.e2e.conftest import (
@@ -548,6 +549,8 @@ def test_envoys_own_errors_are_json_and_never_rewrite_authz_denials(
     assert hcm.local_reply_config.body_format is None  # nothing rewrites every local reply
     found = []
     for mapper in hcm.local_reply_config.mappers:
+        if mapper.status_code is not None:  # a carrier of authz's HTTP transport (below)
+            continue
         flags = mapper.filter.response_flag_filter
         if flags is not None:
             assert "UAEX" not in flags.flags  # authz's denials carry UAEX
@@ -564,6 +567,24 @@ def test_envoys_own_errors_are_json_and_never_rewrite_authz_denials(
         retry_after = headers.get("retry-after", (None,))[0]
         found.append((matches, fields["error"], retry_after))
     assert found == MAPPERS
+
+
+def test_http_transport_carriers_get_their_real_status_back(hcm: HttpConnectionManager) -> None:
+    """authz's HTTP transport sends a 5xx denial under a 4xx carrier (Envoy would read the 5xx
+    as authz failing); a mapper per carrier restores the status, only for authz's denials, and
+    changes nothing else."""
+    assert hcm.local_reply_config is not None
+    restored = {}
+    for mapper in hcm.local_reply_config.mappers:
+        if mapper.status_code is None:
+            continue
+        expression = mapper.filter.extension_filter.typed_config.unpack().expression
+        denied, _, carrier = expression.partition(" && response.code == ")
+        assert denied == "response.code_details == 'ext_authz_denied'"
+        assert mapper.body_format_override is None
+        assert not mapper.headers_to_add
+        restored[mapper.status_code] = int(carrier)
+    assert restored == dict(CARRIERS)
 
 
 def test_every_answer_carries_its_request_id(hcm: HttpConnectionManager) -> None:

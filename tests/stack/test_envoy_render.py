@@ -214,3 +214,81 @@ def test_envoy_config_takes_tls_from_the_environment_too(
     assert cli.main(["envoy-config"], env=dict.fromkeys(env, "")) == 0
     plain = yaml.safe_load(capsys.readouterr().out)
     assert "transport_socket" not in envoy_config.listener(plain)["filter_chains"][0]
+
+
+def _ext_authz(config: envoy_config.Config) -> dict[str, object]:
+    filters = envoy_config.public_manager(config)["http_filters"]
+    (found,) = [f for f in filters if f["name"] == envoy_config.EXT_AUTHZ]
+    typed: dict[str, object] = found["typed_config"]
+    return typed
+
+
+def test_the_http_transport_changes_only_how_ext_authz_calls_authz() -> None:
+    """grpc_service becomes an http_service on the same cluster and timeout, under the check
+    prefix, passing only the contract's headers; the cluster speaks HTTP/1.1; nothing else of
+    the filter or the file changes."""
+    source = envoy_config.load(SOURCE)
+    rendered = envoy_config.render(source, authz=("127.0.0.1", 19194), authz_transport="http")
+    http = _ext_authz(rendered)
+    grpc = _ext_authz(source)
+    assert {k: v for k, v in http.items() if k != "http_service"} == {
+        k: v for k, v in grpc.items() if k != "grpc_service"
+    }
+    assert list(http) == [("http_service" if k == "grpc_service" else k) for k in grpc]
+    assert http["http_service"] == {
+        "server_uri": {"uri": "http://authz", "cluster": "authz", "timeout": "1s"},
+        "path_prefix": "/ext_authz",
+        "authorization_response": {
+            "allowed_upstream_headers": {
+                "patterns": [{"exact": "x-orrery-principal"}, {"exact": "x-orrery-trace-link"}]
+            },
+            "allowed_client_headers": {
+                "patterns": [
+                    {"exact": name}
+                    for name in (
+                        "content-type",
+                        "cache-control",
+                        "www-authenticate",
+                        "retry-after",
+                        "ratelimit-policy",
+                        "ratelimit",
+                    )
+                ]
+            },
+        },
+    }
+    clusters = rendered["static_resources"]["clusters"]
+    (authz,) = [c for c in clusters if c["name"] == "authz"]
+    options = authz["typed_extension_protocol_options"][envoy_config.HTTP_OPTIONS]
+    assert options["explicit_http_config"] == {"http_protocol_options": {}}
+    assert envoy_config.cluster_sockets(rendered, "authz") == [
+        {"address": "127.0.0.1", "port_value": 19194}
+    ]
+
+
+@pytest.mark.envoy
+def test_envoy_accepts_the_http_transport(tmp_path: Path) -> None:
+    """`envoy --mode validate` on the file rendered for the HTTP transport."""
+    path = tmp_path / "envoy.yaml"
+    envoy_config.write(envoy_config.render(envoy_config.load(SOURCE), authz_transport="http"), path)
+    result = envoy_validate(path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_envoy_config_command_needs_the_http_address_for_the_http_transport(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--authz-transport http without --authz-http is exit 2 (the file's endpoint is gRPC's);
+    with it, the authz cluster points there; the variable works like the flag."""
+    assert cli.main(["envoy-config", "--authz-transport", "http"], env={}) == 2
+    assert "--authz-http" in capsys.readouterr().err
+    flags = ["--authz-http", "127.0.0.1:9194"]
+    assert cli.main(["envoy-config", "--authz-transport", "http", *flags], env={}) == 0
+    by_flag = capsys.readouterr().out
+    assert cli.main(["envoy-config", *flags], env={"ORRERY_A2A_AUTHZ_TRANSPORT": "http"}) == 0
+    assert capsys.readouterr().out == by_flag
+    rendered = yaml.safe_load(by_flag)
+    assert "http_service" in _ext_authz(rendered)
+    assert envoy_config.cluster_sockets(rendered, "authz")[0]["port_value"] == 9194
+    assert cli.main(["envoy-config", *flags], env={}) == 0  # gRPC: --authz-http is unused
+    assert "grpc_service" in _ext_authz(yaml.safe_load(capsys.readouterr().out))

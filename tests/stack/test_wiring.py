@@ -135,3 +135,17 @@ def test_replicas_are_bounded() -> None:
     for bad in ("0", "9", "two"):
         with pytest.raises(ConfigError, match="ORRERY_A2A_REPLICAS"):
             StackSettings.from_env({"ORRERY_A2A_REPLICAS": bad})
+
+
+def test_the_http_transport_gives_authz_its_address() -> None:
+    """ORRERY_A2A_AUTHZ_TRANSPORT=http: authz gets ORRERY_A2A_AUTHZ_HTTP_ADDR (default 9194);
+    with gRPC (the default) it gets none; another value is a problem named at once."""
+    http = StackSettings.from_env({"ORRERY_A2A_AUTHZ_TRANSPORT": "HTTP"})
+    assert http.authz_transport == "http"
+    assert authz_env(http, WIRING)["ORRERY_A2A_AUTHZ_HTTP_ADDR"] == "127.0.0.1:9194"
+    grpc = StackSettings.from_env({})
+    assert grpc.authz_transport == "grpc"
+    assert "ORRERY_A2A_AUTHZ_HTTP_ADDR" not in authz_env(grpc, WIRING)
+    with pytest.raises(ConfigError) as failed:
+        StackSettings.from_env({"ORRERY_A2A_AUTHZ_TRANSPORT": "smoke-signals"})
+    assert failed.value.problems[0].startswith("ORRERY_A2A_AUTHZ_TRANSPORT")
