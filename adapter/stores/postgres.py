@@ -1,8 +1,10 @@
 """PostgreSQL stores for tasks and approvals, shared by every replica (`DATABASE_URL`).
 
 One asyncpg pool serves both stores. The schema (`ORRERY_A2A_DB_SCHEMA`, default `orrery_a2a`)
-and its tables are created on start under an advisory lock, so replicas starting together do not
-race. Every task query carries `owner = <principal key>`: a row of another owner is never read,
+is brought to the code's version on start by the versioned migrations of `migrations.py` (under an
+advisory lock, so replicas starting together do not race).
+
+Every task query carries `owner = <principal key>`: a row of another owner is never read,
 counted, positioned against or overwritten (an upsert whose id belongs to another owner changes
 nothing). Tasks are stored as serialized protobuf next to the columns that listing filters and
 sorts on. Approval decisions and the gate are single conditional `UPDATE … RETURNING` statements,
@@ -34,6 +36,7 @@ from a2a.utils import proto_utils
 
 from adapter.principal import owner_of
 from adapter.stores.listing import ListQuery, page_response, sort_key
+from adapter.stores.migrations import migrate
 from adapter.stores.protocols import (
     TERMINAL,
     Claim,
@@ -48,57 +51,7 @@ from runtime import logs
 
 logger = logging.getLogger("adapter.postgres")
 
-_SCHEMA_LOCK = 0x0A2A_5C4E  # pg_advisory_xact_lock key for schema creation
 _KEEP_SETTLED_SECONDS = 3600.0  # approvals are kept this long after they expire
-
-_DDL = """
-CREATE SCHEMA IF NOT EXISTS {s};
-CREATE TABLE IF NOT EXISTS {s}.tasks (
-    id text PRIMARY KEY,
-    owner text NOT NULL,
-    context_id text NOT NULL,
-    state integer NOT NULL,
-    has_ts boolean NOT NULL,
-    ts_ns bigint NOT NULL,
-    version bigint NOT NULL,
-    updated_at timestamptz NOT NULL DEFAULT now(),
-    task bytea NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {s}.task_events (
-    seq bigserial PRIMARY KEY,
-    task_id text NOT NULL,
-    version bigint NOT NULL,
-    event bytea NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE INDEX IF NOT EXISTS task_events_by_task ON {s}.task_events (task_id, seq);
-CREATE INDEX IF NOT EXISTS tasks_owner_order
-    ON {s}.tasks (owner, has_ts DESC, ts_ns DESC, (id COLLATE "C") DESC);
-CREATE TABLE IF NOT EXISTS {s}.message_claims (
-    owner text NOT NULL,
-    key text NOT NULL,
-    task_id text NOT NULL,
-    fingerprint text NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (owner, key)
-);
-CREATE TABLE IF NOT EXISTS {s}.approvals (
-    action_id text PRIMARY KEY,
-    owner text NOT NULL,
-    subject text NOT NULL,
-    session_id text NOT NULL,
-    task_id text NOT NULL,
-    tool text NOT NULL,
-    args jsonb NOT NULL,
-    level text NOT NULL,
-    status text NOT NULL,
-    created_at double precision NOT NULL,
-    expires_at double precision NOT NULL,
-    decided_at double precision
-);
--- The exact action's digest; rows from before it existed match no action (fail closed).
-ALTER TABLE {s}.approvals ADD COLUMN IF NOT EXISTS digest text NOT NULL DEFAULT '';
-"""
 
 
 def _as_int(version: TaskVersion) -> int:
@@ -507,7 +460,7 @@ class PostgresMessageClaims:
 
 
 class PostgresStores:
-    """The pool and both stores; `open()` creates the schema, `close()` drains the pool.
+    """The pool and both stores; `open()` migrates the schema, `close()` drains the pool.
 
     Like the memory store, PostgreSQL keeps tasks only while they are used: a sweep (every
     replica, every `min(idle_ttl / 4, 60 s)`; deletes are idempotent) drops tasks not written for
@@ -538,9 +491,8 @@ class PostgresStores:
     ) -> PostgresStores:
         pool = await asyncpg.create_pool(url, min_size=1, max_size=10, command_timeout=10)
         try:
-            async with pool.acquire() as connection, connection.transaction():
-                await connection.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-                await connection.execute(_DDL.format(s=schema))
+            async with pool.acquire() as connection:
+                await migrate(connection, schema)
         except BaseException:
             await pool.close()
             raise
