@@ -155,6 +155,7 @@ def _assemble(
         keys=settings.assertion_keys,
         max_body_bytes=settings.max_body_bytes,
         turns=turns,
+        tasks=stores.tasks,
         subscriptions=limiters.subscriptions,
         streams=Streams(handler, drain=drain, keepalive=settings.sse_keepalive),
         metrics=metrics,

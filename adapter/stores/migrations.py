@@ -92,7 +92,71 @@ CREATE TABLE IF NOT EXISTS {s}.approvals (
 ALTER TABLE {s}.approvals ADD COLUMN IF NOT EXISTS digest text NOT NULL DEFAULT '';
 """
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "baseline", _BASELINE),)
+# Issue 12: no per-call cost that grows with an owner's tasks or the whole table. Listing by a
+# state or a context walks its own index; totals without those filters read `task_counts`, kept
+# by a statement-level trigger (every writer, also a bulk one or a future one, keeps it right);
+# each sweep and gauge has the index it deletes or counts by.
+_BOUNDED_COSTS = """
+CREATE INDEX IF NOT EXISTS tasks_owner_state_order
+    ON {s}.tasks (owner, state, has_ts DESC, ts_ns DESC, (id COLLATE "C") DESC);
+CREATE INDEX IF NOT EXISTS tasks_owner_context_order
+    ON {s}.tasks (owner, context_id, has_ts DESC, ts_ns DESC, (id COLLATE "C") DESC);
+CREATE INDEX IF NOT EXISTS tasks_by_update ON {s}.tasks (updated_at);
+CREATE INDEX IF NOT EXISTS task_events_by_age ON {s}.task_events (created_at);
+CREATE INDEX IF NOT EXISTS message_claims_by_age ON {s}.message_claims (created_at);
+CREATE INDEX IF NOT EXISTS approvals_by_expiry ON {s}.approvals (expires_at);
+CREATE INDEX IF NOT EXISTS approvals_live_by_owner
+    ON {s}.approvals (owner, expires_at) WHERE status IN ('pending', 'approved');
+
+CREATE TABLE {s}.task_counts (
+    owner text NOT NULL,
+    state integer NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (owner, state)
+);
+CREATE INDEX task_counts_empty ON {s}.task_counts (owner) WHERE n = 0;
+-- Per statement: one upsert per (owner, state) it changed, in key order (no lock-order deadlock
+-- between two statements); a statement that changes no state (most updates) writes nothing.
+CREATE FUNCTION {s}.count_tasks() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO {s}.task_counts AS c (owner, state, n)
+            SELECT owner, state, count(*) FROM new_rows GROUP BY owner, state
+            ORDER BY owner, state
+            ON CONFLICT (owner, state) DO UPDATE SET n = c.n + excluded.n;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO {s}.task_counts AS c (owner, state, n)
+            SELECT owner, state, -count(*) FROM old_rows GROUP BY owner, state
+            ORDER BY owner, state
+            ON CONFLICT (owner, state) DO UPDATE SET n = c.n + excluded.n;
+    ELSE
+        INSERT INTO {s}.task_counts AS c (owner, state, n)
+            SELECT owner, state, sum(d) FROM (
+                SELECT owner, state, 1 AS d FROM new_rows
+                UNION ALL SELECT owner, state, -1 FROM old_rows
+            ) AS changed GROUP BY owner, state HAVING sum(d) <> 0
+            ORDER BY owner, state
+            ON CONFLICT (owner, state) DO UPDATE SET n = c.n + excluded.n;
+    END IF;
+    RETURN NULL;
+END $$;
+-- The trigger first: its lock on tasks holds writers off until this commits, so the counts
+-- below miss nothing written meanwhile by a replica of the previous release.
+CREATE TRIGGER tasks_counted_insert AFTER INSERT ON {s}.tasks
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_tasks();
+CREATE TRIGGER tasks_counted_update AFTER UPDATE ON {s}.tasks
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_tasks();
+CREATE TRIGGER tasks_counted_delete AFTER DELETE ON {s}.tasks
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION {s}.count_tasks();
+INSERT INTO {s}.task_counts (owner, state, n)
+    SELECT owner, state, count(*) FROM {s}.tasks GROUP BY owner, state;
+"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "baseline", _BASELINE),
+    Migration(2, "bounded per-owner costs", _BOUNDED_COSTS),
+)
 
 
 def latest() -> int:

@@ -34,6 +34,7 @@ from a2a.server.events import Event
 from a2a.types import a2a_pb2 as pb
 from a2a.utils import proto_utils
 
+from adapter.errors import ApprovalQuotaExceeded
 from adapter.principal import owner_of
 from adapter.stores.listing import ListQuery, page_response, sort_key
 from adapter.stores.migrations import migrate
@@ -52,6 +53,7 @@ from runtime import logs
 logger = logging.getLogger("adapter.postgres")
 
 _KEEP_SETTLED_SECONDS = 3600.0  # approvals are kept this long after they expire
+_PROPOSE_LOCK = 0x0A2A_A990  # pg_advisory_xact_lock(this, hashtext(owner)): one proposer per owner
 
 
 def _as_int(version: TaskVersion) -> int:
@@ -77,6 +79,7 @@ class PostgresTaskStore(VersionedTaskStore):
     def __init__(self, pool: asyncpg.Pool, schema: str) -> None:
         self._pool = pool
         self._t = f"{schema}.tasks"
+        self._counts = f"{schema}.task_counts"
         self._events = f"{schema}.task_events"
 
     async def save(
@@ -169,10 +172,17 @@ class PostgresTaskStore(VersionedTaskStore):
             args.append(query.updated_after_ns)
             where.append(f"has_ts AND ts_ns >= ${len(args)}")
         filters = " AND ".join(where)
-        total = await self._pool.fetchval(
-            f"SELECT count(*) FROM {self._t} WHERE {filters}",  # noqa: S608
-            *args,
-        )
+        if query.context_id or query.updated_after_ns is not None:
+            # An index range bounded by one conversation or by the tasks updated since.
+            total = await self._pool.fetchval(
+                f"SELECT count(*) FROM {self._t} WHERE {filters}",  # noqa: S608
+                *args,
+            )
+        else:  # the owner's (or its state's) count, kept by the trigger of migration 2
+            total = await self._pool.fetchval(
+                f"SELECT coalesce(sum(n), 0)::bigint FROM {self._counts} WHERE {filters}",  # noqa: S608
+                *args,
+            )
         page_args = list(args)
         page_where = filters
         if query.after is not None:
@@ -196,8 +206,15 @@ class PostgresTaskStore(VersionedTaskStore):
             owner_of(context),
         )
 
+    async def admit(self, owner: str) -> None:
+        """Nothing to do: PostgreSQL keeps every task until the idle sweep."""
+        del owner
+
     async def count(self) -> int:
-        return int(await self._pool.fetchval(f"SELECT count(*) FROM {self._t}"))  # noqa: S608
+        """From `task_counts` (one row per owner and state), never a scan of the tasks."""
+        return int(
+            await self._pool.fetchval(f"SELECT coalesce(sum(n), 0)::bigint FROM {self._counts}")  # noqa: S608
+        )
 
     async def ping(self) -> None:
         await self._pool.fetchval("SELECT 1")
@@ -284,31 +301,54 @@ class PostgresConfirmationStore:
     shared = True
 
     def __init__(
-        self, pool: asyncpg.Pool, schema: str, *, clock: Callable[[], float] = time.time
+        self,
+        pool: asyncpg.Pool,
+        schema: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_pending_per_owner: int = 100,
     ) -> None:
         self._pool = pool
         self._a = f"{schema}.approvals"
         self._clock = clock
+        self._per_owner = max_pending_per_owner
 
     async def propose(self, proposal: Proposal) -> Confirmation:
         now = self._clock()
-        row = await self._pool.fetchrow(
-            f"""INSERT INTO {self._a} (action_id, owner, subject, session_id, task_id, tool,
-                    args, level, status, created_at, expires_at, digest)
-                VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, 'pending', $9, $10, $11)
-                RETURNING *""",  # noqa: S608
-            new_action_id(),
-            proposal.owner,
-            proposal.subject,
-            proposal.session_id,
-            proposal.task_id,
-            proposal.tool,
-            json.dumps(dict(proposal.args)),
-            proposal.level,
-            now,
-            now + proposal.ttl,
-            proposal.digest,
-        )
+        async with self._pool.acquire() as connection, connection.transaction():
+            # One proposer per owner at a time, across replicas, so the quota holds exactly.
+            await connection.execute(
+                "SELECT pg_advisory_xact_lock($1, hashtext($2))", _PROPOSE_LOCK, proposal.owner
+            )
+            live = await connection.fetchval(
+                f"""SELECT count(*) FROM {self._a} WHERE owner = $1
+                    AND status IN ('pending', 'approved') AND expires_at > $2""",  # noqa: S608
+                proposal.owner,
+                now,
+            )
+            if live >= self._per_owner:
+                raise ApprovalQuotaExceeded(
+                    f"this principal already has {self._per_owner} guarded actions waiting for a"
+                    " decision; let them be decided, or cancel their tasks, first",
+                    limit=self._per_owner,
+                )
+            row = await connection.fetchrow(
+                f"""INSERT INTO {self._a} (action_id, owner, subject, session_id, task_id, tool,
+                        args, level, status, created_at, expires_at, digest)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, 'pending', $9, $10, $11)
+                    RETURNING *""",  # noqa: S608
+                new_action_id(),
+                proposal.owner,
+                proposal.subject,
+                proposal.session_id,
+                proposal.task_id,
+                proposal.tool,
+                json.dumps(dict(proposal.args)),
+                proposal.level,
+                now,
+                now + proposal.ttl,
+                proposal.digest,
+            )
         return _confirmation(row)
 
     async def _expire(self, condition: str, *args: Any) -> None:
@@ -468,12 +508,19 @@ class PostgresStores:
     """
 
     def __init__(
-        self, pool: asyncpg.Pool, schema: str, clock: Callable[[], float], idle_ttl: float
+        self,
+        pool: asyncpg.Pool,
+        schema: str,
+        clock: Callable[[], float],
+        idle_ttl: float,
+        max_pending_per_owner: int,
     ) -> None:
         self.pool = pool
         self.tasks = PostgresTaskStore(pool, schema)
         self.events = PostgresEventStream(pool, schema)
-        self.confirmations = PostgresConfirmationStore(pool, schema, clock=clock)
+        self.confirmations = PostgresConfirmationStore(
+            pool, schema, clock=clock, max_pending_per_owner=max_pending_per_owner
+        )
         self.claims = PostgresMessageClaims(pool, schema)
         self._schema = schema
         self._clock = clock
@@ -488,6 +535,7 @@ class PostgresStores:
         *,
         clock: Callable[[], float] = time.time,
         idle_ttl: float = 3600.0,
+        max_pending_per_owner: int = 100,
     ) -> PostgresStores:
         pool = await asyncpg.create_pool(url, min_size=1, max_size=10, command_timeout=10)
         try:
@@ -496,7 +544,7 @@ class PostgresStores:
         except BaseException:
             await pool.close()
             raise
-        return cls(pool, schema, clock, idle_ttl)
+        return cls(pool, schema, clock, idle_ttl, max_pending_per_owner)
 
     async def sweep(self) -> None:
         """Drop idle tasks and long-settled approvals."""
@@ -518,6 +566,9 @@ class PostgresStores:
         await self.pool.execute(
             f"DELETE FROM {self._schema}.approvals WHERE expires_at < $1",  # noqa: S608
             self._clock() - _KEEP_SETTLED_SECONDS,
+        )
+        await self.pool.execute(
+            f"DELETE FROM {self._schema}.task_counts WHERE n = 0"  # noqa: S608
         )
 
     async def _sweep_forever(self) -> None:
