@@ -56,7 +56,11 @@ async def open_stores(settings: AdapterSettings) -> Stores:
         idle_ttl=settings.task_idle_ttl,
     )
     # A turn makes one claim per message: room for a few turns per task kept.
-    claims = MemoryMessageClaims(max_claims=4 * settings.max_tasks, idle_ttl=settings.task_idle_ttl)
+    claims = MemoryMessageClaims(
+        max_claims=4 * settings.max_tasks,
+        max_claims_per_owner=4 * settings.max_tasks_per_owner,
+        idle_ttl=settings.task_idle_ttl,
+    )
     confirmations = MemoryConfirmationStore(
         max_entries=settings.max_approvals,
         max_pending_per_owner=settings.max_pending_approvals_per_owner,

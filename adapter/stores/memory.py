@@ -16,8 +16,8 @@ indexes (`task_index.py`): no scan or sort of the owner's tasks per call.
 `MemoryConfirmationStore` keeps settled approvals an hour after they expire, and at most
 `max_entries`, never dropping a live one (it refuses a new proposal instead), and at most
 `max_pending_per_owner` live ones per proposing owner. `MemoryMessageClaims` keeps a claim for
-`idle_ttl` seconds after it was made, and at
-most `max_claims` (oldest first out): a retry after that runs as a new message.
+`idle_ttl` seconds after it was made, at most `max_claims_per_owner` per owner (its own oldest
+first out) and `max_claims` in all (oldest first out): a retry after that runs as a new message.
 """
 
 from __future__ import annotations
@@ -370,7 +370,11 @@ def _live(entry: Confirmation, now: float) -> bool:
 
 
 class MemoryMessageClaims:
-    """Message claims in this process only (see `MessageClaims` and the module docstring)."""
+    """Message claims in this process only (see `MessageClaims` and the module docstring).
+
+    At most `max_claims` in all and `max_claims_per_owner` per owner: an owner at its share loses
+    its own oldest claim, so one owner's flood of messages cannot make another owner's retry run
+    its turn twice."""
 
     shared = False
 
@@ -378,29 +382,45 @@ class MemoryMessageClaims:
         self,
         *,
         max_claims: int = 40000,
+        max_claims_per_owner: int = 4000,
         idle_ttl: float = 3600.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._max_claims = max_claims
+        self._per_owner = max_claims_per_owner
         self._idle_ttl = idle_ttl
         self._clock = clock
         # (owner, key) -> (task id, fingerprint, made at); ordered oldest first.
         self._entries: OrderedDict[tuple[str, str], tuple[str, str, float]] = OrderedDict()
+        self._by_owner: dict[str, OrderedDict[str, None]] = {}  # owner -> keys, oldest first
 
-    def _sweep(self, now: float) -> None:
+    def _forget(self, owner: str, key: str) -> None:
+        del self._entries[(owner, key)]
+        keys = self._by_owner[owner]
+        del keys[key]
+        if not keys:
+            del self._by_owner[owner]
+
+    def _sweep(self, now: float, owner: str) -> None:
         while self._entries:
-            made = next(iter(self._entries.values()))[2]
+            (oldest_owner, oldest_key), (_, _, made) = next(iter(self._entries.items()))
             if len(self._entries) < self._max_claims and now - made < self._idle_ttl:
-                return
-            self._entries.popitem(last=False)
+                break
+            self._forget(oldest_owner, oldest_key)
+        keys = self._by_owner.get(owner)
+        if keys is not None and len(keys) >= self._per_owner:
+            self._forget(owner, next(iter(keys)))
 
     async def claim(self, owner: str, key: str, *, task_id: str, fingerprint: str) -> Claim:
         now = self._clock()
-        self._sweep(now)
         entry = self._entries.get((owner, key))
-        if entry is not None:
+        if entry is not None and now - entry[2] < self._idle_ttl:
             return Claim(entry[0], entry[1], now - entry[2])
+        if entry is not None:
+            self._forget(owner, key)
+        self._sweep(now, owner)
         self._entries[(owner, key)] = (task_id, fingerprint, now)
+        self._by_owner.setdefault(owner, OrderedDict())[key] = None
         return Claim(task_id, fingerprint, 0.0, mine=True)
 
     async def get(self, owner: str, key: str) -> Claim | None:
@@ -418,9 +438,10 @@ class MemoryMessageClaims:
             return False
         self._entries[(owner, key)] = (task_id, fingerprint, now)
         self._entries.move_to_end((owner, key))
+        self._by_owner[owner].move_to_end(key)
         return True
 
     async def release(self, owner: str, key: str, *, task_id: str) -> None:
         entry = self._entries.get((owner, key))
         if entry is not None and entry[0] == task_id:
-            del self._entries[(owner, key)]
+            self._forget(owner, key)

@@ -19,7 +19,11 @@ from adapter.errors import (
 )
 from adapter.gateway import ConfirmationStore
 from adapter.principal import owner_of
-from adapter.stores.memory import BoundedTaskStore, MemoryConfirmationStore
+from adapter.stores.memory import (
+    BoundedTaskStore,
+    MemoryConfirmationStore,
+    MemoryMessageClaims,
+)
 from adapter.stores.postgres import PostgresStores
 from contract.identity import Principal
 from tests.adapter.conftest import (
@@ -106,6 +110,19 @@ async def test_listing_follows_a_task_into_its_new_state() -> None:
     by_finished = await store.list(pb.ListTasksRequest(status=FINISHED), ALICE)
     assert (by_waiting.total_size, by_finished.total_size) == (0, 1)
     assert [t.id for t in by_finished.tasks] == [waiting.id]
+
+
+async def test_one_owners_flood_of_messages_keeps_anothers_claim() -> None:
+    """Claims over an owner's share push out that owner's oldest, never another owner's: Bob's
+    retry still finds its first answer."""
+    claims = MemoryMessageClaims(max_claims=10, max_claims_per_owner=3)
+    await claims.claim("bob", "m0", task_id="t-bob", fingerprint="f")
+    for n in range(20):
+        await claims.claim("alice", f"m{n}", task_id=f"t{n}", fingerprint="f")
+    kept = [n for n in range(20) if await claims.get("alice", f"m{n}") is not None]
+    assert kept == [17, 18, 19]
+    retried = await claims.claim("bob", "m0", task_id="t-other", fingerprint="f")
+    assert (retried.task_id, retried.mine) == ("t-bob", False)
 
 
 @pytest.fixture(params=["memory", "postgres"])
