@@ -137,6 +137,7 @@ def _assemble(
     handler = RequestHandler(
         confirmations=gateway.confirmations,
         retries=Retries(stores.claims, stores.sdk_tasks),
+        tasks=stores.tasks,
         agent_executor=turns.executor(
             GatewayExecutor(gateway, approvals_base_url(settings.public_url))
         ),
@@ -155,7 +156,6 @@ def _assemble(
         keys=settings.assertion_keys,
         max_body_bytes=settings.max_body_bytes,
         turns=turns,
-        tasks=stores.tasks,
         subscriptions=limiters.subscriptions,
         streams=Streams(handler, drain=drain, keepalive=settings.sse_keepalive),
         metrics=metrics,

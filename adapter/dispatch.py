@@ -15,8 +15,8 @@ refused cheapest-first:
 6. message rules (`messages.py`); for a turn or a stream, a caller's bearer token past its `exp`
    (the assertion's `tok_exp`) → 401 `token_expired`; the per-principal caps (429 +
    `Retry-After`): turns in flight for `SendMessage` / `SendStreamingMessage`, open streams for
-   `SubscribeToTask`; for a message that starts a new task, room for it in the task store (429
-   `task_quota_exceeded`, 503 `task_store_full`: `stores/memory.py`);
+   `SubscribeToTask`; for a first send that starts a task, room for it in the task store (429
+   `task_quota_exceeded`, 503 `task_store_full`, raised by the handler: `handler.py`);
 7. the SDK handler, with `ServerCallContext.user` = the verified principal.
 
 Steps 3 to 5 are the envelope's (`envelope.py`), the cap is `turns.py`'s, and the streaming
@@ -64,7 +64,6 @@ from adapter.messages import check_message
 from adapter.metrics import Metrics
 from adapter.principal import PrincipalUser, verify_assertion
 from adapter.responses import refusal_response
-from adapter.stores.protocols import TaskStore
 from adapter.streams import Streams, log_internal_error
 from adapter.turns import Turns
 from contract.assertion import AssertionKeys
@@ -97,13 +96,11 @@ class Dispatcher:
         keys: AssertionKeys,
         max_body_bytes: int,
         turns: Turns,
-        tasks: TaskStore,
         subscriptions: Limiter,
         streams: Streams,
         metrics: Metrics,
     ) -> None:
         self._keys = keys
-        self._tasks = tasks
         self._max_body = max_body_bytes
         self._turns = turns
         self._subscriptions = subscriptions
@@ -177,8 +174,6 @@ class Dispatcher:
             raise TokenExpired("the bearer token has expired; no turn or stream starts on it")
         if method in TURNS:
             async with self._turns.admitted(call.principal.key, call.context):  # 429 / 503
-                if not call.request.params.message.task_id:  # a new task: room for it?
-                    await self._tasks.admit(call.principal.key)  # 429 / 503
                 return await self._answer(http, call)
         if method == "SubscribeToTask":
             slot = await self._subscriptions.acquire(call.principal.key)  # 429 / 503
@@ -197,6 +192,8 @@ class Dispatcher:
             return await self._answer_unary(call)
         try:
             stream = await self._streams.open(request, call.context, call.token_expires_at)
+        except Refusal:
+            raise  # the handler's HTTP-level refusal (no room for a new task): handle() answers
         except Exception as exc:  # noqa: BLE001 - see _failed
             return _failed(request.rpc_id, exc)
         return await stream.serve(http)  # from here on, errors are events of the stream
@@ -206,6 +203,8 @@ class Dispatcher:
         try:
             value = await self._unary[request.method](request.params, call.context)
             body = success(request.rpc_id, result_of(request.method, value))
+        except Refusal:
+            raise  # the handler's HTTP-level refusal (no room for a new task): handle() answers
         except Exception as exc:  # noqa: BLE001 - see _failed
             return _failed(request.rpc_id, exc)
         return web.Response(body=dumps(body), content_type=JSON), "ok"

@@ -209,19 +209,40 @@ async def test_an_expired_pending_action_makes_room() -> None:
 
 
 async def test_a_new_task_over_the_owners_quota_is_refused_before_its_turn() -> None:
-    """Through the adapter: 429 `task_quota_exceeded` with `Retry-After`, nothing run; another
-    principal still gets its turn."""
+    """Through the adapter, blocking or streaming: 429 `task_quota_exceeded` with `Retry-After`,
+    nothing run; another principal still gets its turn."""
     async with running({"ORRERY_A2A_MAX_TASKS_PER_OWNER": "1"}) as server:
         flooder, other = delegated("flood-bot", "alice"), delegated("bot", "bob")
         waiting = await _send(server, flooder, "please restart checkout")
         assert waiting.json()["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
         turns = len(server.gateway.turns)
         refused = await _send(server, flooder, "how is checkout?")
-        assert refused.status_code == 429
-        assert refused.headers["Retry-After"] == "5"
-        assert refused.json()["error"]["data"][0]["reason"] == "TASK_QUOTA_EXCEEDED"
+        streamed = await server.rpc(flooder, "SendStreamingMessage", message_params("hi"))
+        for response in (refused, streamed):
+            assert response.status_code == 429
+            assert response.headers["Retry-After"] == "5"
+            assert response.json()["error"]["data"][0]["reason"] == "TASK_QUOTA_EXCEEDED"
         assert len(server.gateway.turns) == turns
         assert (await _send(server, other, "how is checkout?")).status_code == 200
+
+
+async def test_a_retry_is_answered_whatever_the_quota() -> None:
+    """A resent first message (same `messageId`) gets its task, not a quota refusal; the refused
+    message's id stays free, so it runs once there is room."""
+    async with running({"ORRERY_A2A_MAX_TASKS_PER_OWNER": "1"}) as server:
+        agent = delegated("deploy-bot", "alice")
+        first = message_params("please restart checkout")
+        sent = await server.rpc(agent, "SendMessage", first)
+        resent = await server.rpc(agent, "SendMessage", first)
+        assert resent.json()["result"]["task"]["id"] == sent.json()["result"]["task"]["id"]
+        refused_message = message_params("how is checkout?")
+        refused = await server.rpc(agent, "SendMessage", refused_message)
+        assert refused.status_code == 429
+        waiting = sent.json()["result"]["task"]["id"]
+        cancelled = await server.rpc(agent, "CancelTask", {"id": waiting})
+        assert cancelled.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+        ran = await server.rpc(agent, "SendMessage", refused_message)
+        assert ran.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
 async def test_a_proposal_over_the_approval_quota_rejects_its_task() -> None:
