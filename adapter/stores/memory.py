@@ -34,6 +34,7 @@ from a2a.types import a2a_pb2 as pb
 from adapter.errors import (
     ApprovalQuotaExceeded,
     ApprovalStoreFull,
+    OverCap,
     TaskQuotaExceeded,
     TaskStoreFull,
 )
@@ -130,32 +131,31 @@ class BoundedTaskStore(TaskStore):
                 return
             self._drop(entry_key)
 
-    def _room(self, owner: str) -> str | None:
+    def _room(self, owner: str) -> type[OverCap] | None:
         """Make room for a new task of `owner`'s by dropping a finished task (the owner's own
-        when the owner is at its quota); the refusal's reason code when nothing may go."""
+        when the owner is at its quota); the refusal to raise when nothing may go."""
         if self._owned.get(owner, 0) >= self._per_owner:
             finished = self._finished_by_owner.get(owner)
             if not finished:
-                return TaskQuotaExceeded.default_reason
+                return TaskQuotaExceeded
             self._drop((owner, next(iter(finished))))
         if len(self._entries) >= self._max_tasks:
             if not self._finished:
-                return TaskStoreFull.default_reason
+                return TaskStoreFull
             self._drop(next(iter(self._finished)))
         return None
 
     async def admit(self, owner: str) -> None:
-        now = self._clock()
-        self._drop_idle(now)
-        refused = self._room(owner)
-        if refused == TaskQuotaExceeded.default_reason:
+        self._drop_idle(self._clock())
+        refusal = self._room(owner)
+        if refusal is TaskQuotaExceeded:
             raise TaskQuotaExceeded(
                 f"this principal already has {self._per_owner} unfinished tasks kept; finish or"
                 " cancel one first",
                 retry_after=TASK_QUOTA_RETRY_AFTER,
                 limit=self._per_owner,
             )
-        if refused is not None:
+        if refusal is TaskStoreFull:
             raise TaskStoreFull(
                 "the task store is full of unfinished tasks; retry later",
                 retry_after=TASK_QUOTA_RETRY_AFTER,
