@@ -108,11 +108,21 @@ class ApprovalQuotaExceeded(ApprovalRefused):
 
     reason = "approval_quota_exceeded"
 
+    def __init__(self, *, limit: int) -> None:
+        super().__init__(
+            f"this principal already has {limit} guarded actions waiting for a decision; let"
+            " them be decided, or cancel their tasks, first",
+            limit=limit,
+        )
+
 
 class ApprovalStoreFull(ApprovalRefused):
     """The memory approval store is full of actions still waiting for a decision."""
 
     reason = "approval_store_full"
+
+    def __init__(self, *, limit: int) -> None:
+        super().__init__(f"{limit} guarded actions already wait for a decision here", limit=limit)
 
 
 class LimiterUnavailable(Refusal):

@@ -254,10 +254,7 @@ class MemoryConfirmationStore:
             return
         settled = next((key for key, entry in self._entries.items() if not _live(entry, now)), None)
         if settled is None:
-            raise ApprovalStoreFull(
-                f"{self._max_entries} guarded actions already wait for a decision here",
-                limit=self._max_entries,
-            )
+            raise ApprovalStoreFull(limit=self._max_entries)
         self._forget(settled)
 
     def _forget(self, action_id: str) -> None:
@@ -280,11 +277,7 @@ class MemoryConfirmationStore:
     async def propose(self, proposal: Proposal) -> Confirmation:
         now = self._clock()
         if self._live_count(proposal.owner, now) >= self._per_owner:
-            raise ApprovalQuotaExceeded(
-                f"this principal already has {self._per_owner} guarded actions waiting for a"
-                " decision; let them be decided, or cancel their tasks, first",
-                limit=self._per_owner,
-            )
+            raise ApprovalQuotaExceeded(limit=self._per_owner)
         self._sweep(now)
         entry = Confirmation(
             action_id=new_action_id(),

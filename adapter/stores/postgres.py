@@ -327,11 +327,7 @@ class PostgresConfirmationStore:
                 now,
             )
             if live >= self._per_owner:
-                raise ApprovalQuotaExceeded(
-                    f"this principal already has {self._per_owner} guarded actions waiting for a"
-                    " decision; let them be decided, or cancel their tasks, first",
-                    limit=self._per_owner,
-                )
+                raise ApprovalQuotaExceeded(limit=self._per_owner)
             row = await connection.fetchrow(
                 f"""INSERT INTO {self._a} (action_id, owner, subject, session_id, task_id, tool,
                         args, level, status, created_at, expires_at, digest)
