@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -172,6 +173,22 @@ async def test_a_failing_migration_changes_nothing(
             await migrate(connection, schema)
         assert await versions(connection, schema) == list(range(1, latest()))
         assert await connection.fetchval("SELECT to_regclass($1)", f"{schema}.half") is None
+
+
+async def test_a_schema_newer_than_the_code_is_used_and_logged(
+    connection: asyncpg.Connection, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replica of the previous release starting on a migrated schema (a rolling update, a
+    rollback) changes nothing and says so: migrations are expand-only."""
+    async with fresh_schema(database_url) as schema:
+        await migrate(connection, schema)
+        await connection.execute(
+            f"INSERT INTO {schema}.schema_version (version, name) VALUES ($1, 'next')",  # noqa: S608
+            latest() + 1,
+        )
+        caplog.set_level(logging.INFO, logger="adapter.migrations")
+        assert await migrate(connection, schema) == []
+    assert [record.getMessage() for record in caplog.records] == ["schema_newer_than_code"]
 
 
 async def _old_rows(connection: asyncpg.Connection, schema: str) -> None:
