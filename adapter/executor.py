@@ -10,7 +10,7 @@ For each message the executor derives the session id from the verified principal
   here again, whatever the gateway did);
 * a guarded action the approval store refuses to record (`ApprovalRefused`: the proposing
   principal's quota of live approvals, or a full memory store) → `TASK_STATE_REJECTED` with the
-  refusal's text and a data part `{reason, limit}` (`approval_quota_exceeded`,
+  refusal's text and `metadata` `{reason, limit}` (`approval_quota_exceeded`,
   `approval_store_full`);
 * a gateway that raises → `TASK_STATE_FAILED` with a fixed status message: a failed turn is a task
   result (spec 3.2.2: a blocking send answers the task in its terminal state), so the caller
@@ -91,12 +91,11 @@ def _failed(task_id: str, context_id: str) -> pb.TaskStatusUpdateEvent:
 
 
 def _refused(task_id: str, context_id: str, refused: ApprovalRefused) -> pb.TaskStatusUpdateEvent:
-    """`TASK_STATE_REJECTED` (spec: the agent will not proceed) with the refusal's text and its
-    reason code as data, so a client can tell a quota from the agent's own refusal."""
-    data = {"reason": refused.reason, "limit": refused.limit}
-    message = _agent_message(
-        task_id, context_id, [pb.Part(text=refused.description), _data_part(data)]
-    )
+    """`TASK_STATE_REJECTED` (spec: the agent will not proceed) with the refusal's text, and its
+    reason code and limit as the message's `metadata`, so a client can tell a quota from the
+    agent's own refusal."""
+    message = _agent_message(task_id, context_id, [pb.Part(text=refused.description)])
+    message.metadata.update({"reason": refused.reason, "limit": refused.limit})
     return pb.TaskStatusUpdateEvent(
         task_id=task_id, context_id=context_id, status=_status(pb.TASK_STATE_REJECTED, message)
     )

@@ -33,7 +33,6 @@ from tests.adapter.conftest import (
     fresh_schema,
     message_params,
     running,
-    status_data,
 )
 from tests.adapter.test_stores import ALICE, BOB, task
 
@@ -247,18 +246,17 @@ async def test_a_retry_is_answered_whatever_the_quota() -> None:
 
 async def test_a_proposal_over_the_approval_quota_rejects_its_task() -> None:
     """Through the adapter: the turn's task ends REJECTED with reason `approval_quota_exceeded`
-    in its status data; the pending approval before it is untouched."""
+    in its status message's metadata; the pending approval before it is untouched."""
     env = {"ORRERY_A2A_MAX_PENDING_APPROVALS_PER_OWNER": "1"}
     async with running(env) as server:
         agent = delegated("deploy-bot", "alice")
         first = (await _send(server, agent, "please restart checkout")).json()["result"]["task"]
         second = (await _send(server, agent, "please restart payments")).json()["result"]["task"]
         assert second["status"]["state"] == "TASK_STATE_REJECTED"
-        rejected = pb.Task()
-        rejected.status.message.parts.add().data.struct_value.update(
-            second["status"]["message"]["parts"][1]["data"]
-        )
-        assert status_data(rejected) == {"reason": "approval_quota_exceeded", "limit": 1.0}
+        assert second["status"]["message"]["metadata"] == {
+            "reason": "approval_quota_exceeded",
+            "limit": 1,
+        }
         action_id = first["status"]["message"]["parts"][1]["data"]["action_id"]
         shown = await server.gateway.confirmations.get(action_id, subject="alice")
         assert shown is not None and shown.status == "pending"
