@@ -137,6 +137,7 @@ def _assemble(
     handler = RequestHandler(
         confirmations=gateway.confirmations,
         retries=Retries(stores.claims, stores.sdk_tasks),
+        tasks=stores.tasks,
         agent_executor=turns.executor(
             GatewayExecutor(gateway, approvals_base_url(settings.public_url))
         ),

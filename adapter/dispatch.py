@@ -15,7 +15,8 @@ refused cheapest-first:
 6. message rules (`messages.py`); for a turn or a stream, a caller's bearer token past its `exp`
    (the assertion's `tok_exp`) → 401 `token_expired`; the per-principal caps (429 +
    `Retry-After`): turns in flight for `SendMessage` / `SendStreamingMessage`, open streams for
-   `SubscribeToTask`;
+   `SubscribeToTask`; for a first send that starts a task, room for it in the task store (429
+   `task_quota_exceeded`, 503 `task_store_full`, raised by the handler: `handler.py`);
 7. the SDK handler, with `ServerCallContext.user` = the verified principal.
 
 Steps 3 to 5 are the envelope's (`envelope.py`), the cap is `turns.py`'s, and the streaming
@@ -191,6 +192,8 @@ class Dispatcher:
             return await self._answer_unary(call)
         try:
             stream = await self._streams.open(request, call.context, call.token_expires_at)
+        except Refusal:
+            raise  # the handler's HTTP-level refusal (no room for a new task): handle() answers
         except Exception as exc:  # noqa: BLE001 - see _failed
             return _failed(request.rpc_id, exc)
         return await stream.serve(http)  # from here on, errors are events of the stream
@@ -200,6 +203,8 @@ class Dispatcher:
         try:
             value = await self._unary[request.method](request.params, call.context)
             body = success(request.rpc_id, result_of(request.method, value))
+        except Refusal:
+            raise  # the handler's HTTP-level refusal (no room for a new task): handle() answers
         except Exception as exc:  # noqa: BLE001 - see _failed
             return _failed(request.rpc_id, exc)
         return web.Response(body=dumps(body), content_type=JSON), "ok"

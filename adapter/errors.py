@@ -51,7 +51,8 @@ class BodyTooLarge(Refusal):
 
 
 class OverCap(Refusal):
-    """429: the principal already holds as many of something as its cap allows."""
+    """429 (unless a subclass says 503): a cap is reached — the principal already holds as many of
+    something as its cap allows, or a store as much as it keeps; answered with `Retry-After`."""
 
     status = 429
 
@@ -71,6 +72,57 @@ class TooManySubscriptions(OverCap):
     """429: the principal already has its maximum number of `SubscribeToTask` streams open."""
 
     default_reason = "too_many_subscriptions"
+
+
+class TaskQuotaExceeded(OverCap):
+    """429: a new task of the principal's would not fit its quota of kept tasks
+    (`ORRERY_A2A_MAX_TASKS_PER_OWNER`, memory store), and none of its tasks is finished (only a
+    finished task makes room)."""
+
+    default_reason = "task_quota_exceeded"
+
+
+class TaskStoreFull(OverCap):
+    """503: the memory task store holds `ORRERY_A2A_MAX_TASKS` tasks and none is finished; no
+    waiting or running task is dropped to make room."""
+
+    status = 503
+    default_reason = "task_store_full"
+
+
+class ApprovalRefused(Exception):
+    """A guarded action that cannot be recorded for a human's decision: the turn proposing it ends
+    `TASK_STATE_REJECTED` with `reason` (a pending approval is never dropped to make room)."""
+
+    reason: ClassVar[str]  # each subclass's stable code
+
+    def __init__(self, description: str, *, limit: int) -> None:
+        super().__init__(description)
+        self.description = description
+        self.limit = limit
+
+
+class ApprovalQuotaExceeded(ApprovalRefused):
+    """The proposing principal already has `ORRERY_A2A_MAX_PENDING_APPROVALS_PER_OWNER` actions
+    waiting for a decision (or approved and not yet run)."""
+
+    reason = "approval_quota_exceeded"
+
+    def __init__(self, *, limit: int) -> None:
+        super().__init__(
+            f"this principal already has {limit} guarded actions waiting for a decision; let"
+            " them be decided, or cancel their tasks, first",
+            limit=limit,
+        )
+
+
+class ApprovalStoreFull(ApprovalRefused):
+    """The memory approval store is full of actions still waiting for a decision."""
+
+    reason = "approval_store_full"
+
+    def __init__(self, *, limit: int) -> None:
+        super().__init__(f"{limit} guarded actions already wait for a decision here", limit=limit)
 
 
 class LimiterUnavailable(Refusal):

@@ -8,6 +8,10 @@ For each message the executor derives the session id from the verified principal
 * a `Pending` guarded action → `TASK_STATE_INPUT_REQUIRED` with a status message holding a text
   part and the data part `{action_id, tool, args, level, expires_at, approve_url}` (args redacted
   here again, whatever the gateway did);
+* a guarded action the approval store refuses to record (`ApprovalRefused`: the proposing
+  principal's quota of live approvals, or a full memory store) → `TASK_STATE_REJECTED` with the
+  refusal's text and `metadata` `{reason, limit}` (`approval_quota_exceeded`,
+  `approval_store_full`);
 * a gateway that raises → `TASK_STATE_FAILED` with a fixed status message: a failed turn is a task
   result (spec 3.2.2: a blocking send answers the task in its terminal state), so the caller
   learns which task failed; the exception is logged by its type only (its message can carry
@@ -37,6 +41,7 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 from google.protobuf import struct_pb2, timestamp_pb2
 
+from adapter.errors import ApprovalRefused
 from adapter.gateway import AgentGateway, Pending, Reply, Turn, redact
 from adapter.messages import check_message
 from adapter.principal import principal_of
@@ -82,6 +87,17 @@ def _failed(task_id: str, context_id: str) -> pb.TaskStatusUpdateEvent:
     message = _agent_message(task_id, context_id, [pb.Part(text=FAILED_TEXT)])
     return pb.TaskStatusUpdateEvent(
         task_id=task_id, context_id=context_id, status=_status(pb.TASK_STATE_FAILED, message)
+    )
+
+
+def _refused(task_id: str, context_id: str, refused: ApprovalRefused) -> pb.TaskStatusUpdateEvent:
+    """`TASK_STATE_REJECTED` (spec: the agent will not proceed) with the refusal's text, and its
+    reason code and limit as the message's `metadata`, so a client can tell a quota from the
+    agent's own refusal."""
+    message = _agent_message(task_id, context_id, [pb.Part(text=refused.description)])
+    message.metadata.update({"reason": refused.reason, "limit": refused.limit})
+    return pb.TaskStatusUpdateEvent(
+        task_id=task_id, context_id=context_id, status=_status(pb.TASK_STATE_REJECTED, message)
     )
 
 
@@ -135,6 +151,12 @@ class GatewayExecutor(AgentExecutor):
         )
         try:
             outcome = await self._gateway.run_in_session(turn)
+        except ApprovalRefused as refused:  # a quota: the turn is refused, not failed
+            logs.event(
+                logger, "approval_refused", logging.WARNING, task_id=task_id, reason=refused.reason
+            )
+            await event_queue.enqueue_event(_refused(task_id, context_id, refused))
+            return
         except Exception as exc:  # noqa: BLE001 - any gateway failure fails the task, never the server
             logs.event(
                 logger,

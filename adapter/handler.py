@@ -14,6 +14,9 @@
 * A send of a message seen before (by `messageId`, `retries.py`) runs nothing: it is answered
   with the task of the first send, once that turn is over. A stream of it is that task's snapshot
   now (if its turn still runs), then the task once the turn is over.
+* A first send that starts a task is refused when the task store has no room for it
+  (`TaskStore.admit`: 429 `task_quota_exceeded`, 503 `task_store_full`, answered by the
+  dispatcher as HTTP refusals); a retry is answered with its task whatever the quota.
 * A message to a finished task is refused (-32004) before the SDK is asked to run it. The SDK
   would first build an `ActiveTask` for it — two event queues, each with a dispatcher task — and
   then abandon it when it finds the task terminal; the garbage collector reports each abandoned
@@ -39,7 +42,7 @@ from a2a.utils.task import apply_history_length
 from adapter.executor import pending_action_id
 from adapter.principal import owner_of
 from adapter.retries import Retries, refuse_terminal
-from adapter.stores.protocols import TERMINAL, ConfirmationStore, read_task
+from adapter.stores.protocols import TERMINAL, ConfirmationStore, TaskStore, read_task
 
 
 class RequestHandler(DefaultRequestHandler):
@@ -50,11 +53,13 @@ class RequestHandler(DefaultRequestHandler):
         *,
         confirmations: ConfirmationStore,
         retries: Retries,
+        tasks: TaskStore,
         event_stream: TaskEventStream | None = None,
         **options: Any,
     ) -> None:
         super().__init__(event_stream=event_stream, **options)
         self._confirmations = confirmations
+        self._tasks = tasks
         self._retries = retries
         self._shared_events = event_stream
 
@@ -67,6 +72,7 @@ class RequestHandler(DefaultRequestHandler):
             if task is not None:
                 return apply_history_length(task, params.configuration)
         try:
+            await self._room_for(params.message, context)
             result: pb.Task | pb.Message = await super().on_message_send(params, context)
         except Exception:
             await self._retries.first_failed(params.message, context)
@@ -86,12 +92,20 @@ class RequestHandler(DefaultRequestHandler):
                 yield apply_history_length(task, params.configuration)
                 return
         try:
+            await self._room_for(params.message, context)
             async with aclosing(super().on_message_send_stream(params, context)) as events:
                 async for event in events:
                     yield event
         except Exception:
             await self._retries.first_failed(params.message, context)
             raise
+
+    async def _room_for(self, message: pb.Message, context: ServerCallContext) -> None:
+        """A first send that starts a task needs room for it (the store's quotas): refused
+        before anything runs, its claim given back (`first_failed`). A retry never gets here:
+        it is answered with its first send's task whatever the quota."""
+        if not message.task_id:
+            await self._tasks.admit(owner_of(context))
 
     @validate_request_params
     async def on_subscribe_to_task(

@@ -167,6 +167,9 @@ class AdapterSettings:
     approval_ttl: float
     task_idle_ttl: float
     max_tasks: int
+    max_tasks_per_owner: int
+    max_approvals: int
+    max_pending_approvals_per_owner: int
     shutdown_grace: float
     sse_keepalive: float
     log_level: str
@@ -225,6 +228,12 @@ class AdapterSettings:
             approval_ttl=reader.seconds("ORRERY_A2A_APPROVAL_TTL", "15m", minimum=1.0),
             task_idle_ttl=reader.seconds("ORRERY_A2A_TASK_IDLE_TTL", "1h", minimum=1.0),
             max_tasks=reader.integer("ORRERY_A2A_MAX_TASKS", 10000, minimum=1),
+            # One owner's share of the memory stores: its flood cannot push out others' tasks.
+            max_tasks_per_owner=reader.integer("ORRERY_A2A_MAX_TASKS_PER_OWNER", 1000, minimum=1),
+            max_approvals=reader.integer("ORRERY_A2A_MAX_APPROVALS", 10000, minimum=1),
+            max_pending_approvals_per_owner=reader.integer(
+                "ORRERY_A2A_MAX_PENDING_APPROVALS_PER_OWNER", 100, minimum=1
+            ),
             shutdown_grace=reader.seconds("ORRERY_A2A_SHUTDOWN_GRACE", "10s"),
             # Proxies close a silent stream (Envoy: 300 s); a comment line every interval keeps
             # a stream that waits on a slow turn open. Well below any proxy's idle timeout.

@@ -44,6 +44,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "bench/adapter_stock_server.py": SHARED | {"adapter"},
     "bench/e2e_bench.py": SHARED | {"adapter", "stack"},
     "bench/flood_bench.py": SHARED | {"stack"},
+    "bench/list_tasks_bench.py": SHARED | {"adapter"},
 }
 # The contract is the one piece both services run: nothing beyond these may come with it.
 CONTRACT_THIRD_PARTY = frozenset({"cryptography"})

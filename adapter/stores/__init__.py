@@ -37,7 +37,10 @@ async def open_stores(settings: AdapterSettings) -> Stores:
         from adapter.stores.postgres import PostgresStores  # asyncpg only when it is used
 
         shared = await PostgresStores.open(
-            settings.database_url, settings.db_schema, idle_ttl=settings.task_idle_ttl
+            settings.database_url,
+            settings.db_schema,
+            idle_ttl=settings.task_idle_ttl,
+            max_pending_per_owner=settings.max_pending_approvals_per_owner,
         )
         return Stores(
             shared.tasks,
@@ -47,7 +50,19 @@ async def open_stores(settings: AdapterSettings) -> Stores:
             shared.close,
             shared.events,
         )
-    tasks = BoundedTaskStore(max_tasks=settings.max_tasks, idle_ttl=settings.task_idle_ttl)
+    tasks = BoundedTaskStore(
+        max_tasks=settings.max_tasks,
+        max_tasks_per_owner=settings.max_tasks_per_owner,
+        idle_ttl=settings.task_idle_ttl,
+    )
     # A turn makes one claim per message: room for a few turns per task kept.
-    claims = MemoryMessageClaims(max_claims=4 * settings.max_tasks, idle_ttl=settings.task_idle_ttl)
-    return Stores(tasks, tasks, MemoryConfirmationStore(), claims, tasks.close)
+    claims = MemoryMessageClaims(
+        max_claims=4 * settings.max_tasks,
+        max_claims_per_owner=4 * settings.max_tasks_per_owner,
+        idle_ttl=settings.task_idle_ttl,
+    )
+    confirmations = MemoryConfirmationStore(
+        max_entries=settings.max_approvals,
+        max_pending_per_owner=settings.max_pending_approvals_per_owner,
+    )
+    return Stores(tasks, tasks, confirmations, claims, tasks.close)

@@ -53,16 +53,6 @@ class ListQuery:
             page_size=params.page_size or DEFAULT_LIST_TASKS_PAGE_SIZE,
         )
 
-    def matches(self, task: pb.Task) -> bool:
-        if self.context_id and task.context_id != self.context_id:
-            return False
-        if self.state and task.status.state != self.state:
-            return False
-        if self.updated_after_ns is not None:
-            key = sort_key(task)
-            return key[0] and key[1] >= self.updated_after_ns
-        return True
-
 
 def page_response(
     query: ListQuery, page: list[pb.Task], more: bool, total: int

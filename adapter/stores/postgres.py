@@ -1,8 +1,10 @@
 """PostgreSQL stores for tasks and approvals, shared by every replica (`DATABASE_URL`).
 
 One asyncpg pool serves both stores. The schema (`ORRERY_A2A_DB_SCHEMA`, default `orrery_a2a`)
-and its tables are created on start under an advisory lock, so replicas starting together do not
-race. Every task query carries `owner = <principal key>`: a row of another owner is never read,
+is brought to the code's version on start by the versioned migrations of `migrations.py` (under an
+advisory lock, so replicas starting together do not race).
+
+Every task query carries `owner = <principal key>`: a row of another owner is never read,
 counted, positioned against or overwritten (an upsert whose id belongs to another owner changes
 nothing). Tasks are stored as serialized protobuf next to the columns that listing filters and
 sorts on. Approval decisions and the gate are single conditional `UPDATE … RETURNING` statements,
@@ -32,8 +34,10 @@ from a2a.server.events import Event
 from a2a.types import a2a_pb2 as pb
 from a2a.utils import proto_utils
 
+from adapter.errors import ApprovalQuotaExceeded
 from adapter.principal import owner_of
 from adapter.stores.listing import ListQuery, page_response, sort_key
+from adapter.stores.migrations import migrate
 from adapter.stores.protocols import (
     TERMINAL,
     Claim,
@@ -48,57 +52,8 @@ from runtime import logs
 
 logger = logging.getLogger("adapter.postgres")
 
-_SCHEMA_LOCK = 0x0A2A_5C4E  # pg_advisory_xact_lock key for schema creation
 _KEEP_SETTLED_SECONDS = 3600.0  # approvals are kept this long after they expire
-
-_DDL = """
-CREATE SCHEMA IF NOT EXISTS {s};
-CREATE TABLE IF NOT EXISTS {s}.tasks (
-    id text PRIMARY KEY,
-    owner text NOT NULL,
-    context_id text NOT NULL,
-    state integer NOT NULL,
-    has_ts boolean NOT NULL,
-    ts_ns bigint NOT NULL,
-    version bigint NOT NULL,
-    updated_at timestamptz NOT NULL DEFAULT now(),
-    task bytea NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {s}.task_events (
-    seq bigserial PRIMARY KEY,
-    task_id text NOT NULL,
-    version bigint NOT NULL,
-    event bytea NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE INDEX IF NOT EXISTS task_events_by_task ON {s}.task_events (task_id, seq);
-CREATE INDEX IF NOT EXISTS tasks_owner_order
-    ON {s}.tasks (owner, has_ts DESC, ts_ns DESC, (id COLLATE "C") DESC);
-CREATE TABLE IF NOT EXISTS {s}.message_claims (
-    owner text NOT NULL,
-    key text NOT NULL,
-    task_id text NOT NULL,
-    fingerprint text NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (owner, key)
-);
-CREATE TABLE IF NOT EXISTS {s}.approvals (
-    action_id text PRIMARY KEY,
-    owner text NOT NULL,
-    subject text NOT NULL,
-    session_id text NOT NULL,
-    task_id text NOT NULL,
-    tool text NOT NULL,
-    args jsonb NOT NULL,
-    level text NOT NULL,
-    status text NOT NULL,
-    created_at double precision NOT NULL,
-    expires_at double precision NOT NULL,
-    decided_at double precision
-);
--- The exact action's digest; rows from before it existed match no action (fail closed).
-ALTER TABLE {s}.approvals ADD COLUMN IF NOT EXISTS digest text NOT NULL DEFAULT '';
-"""
+_PROPOSE_LOCK = 0x0A2A_A990  # pg_advisory_xact_lock(this, hashtext(owner)): one proposer per owner
 
 
 def _as_int(version: TaskVersion) -> int:
@@ -124,6 +79,7 @@ class PostgresTaskStore(VersionedTaskStore):
     def __init__(self, pool: asyncpg.Pool, schema: str) -> None:
         self._pool = pool
         self._t = f"{schema}.tasks"
+        self._counts = f"{schema}.task_counts"
         self._events = f"{schema}.task_events"
 
     async def save(
@@ -216,10 +172,17 @@ class PostgresTaskStore(VersionedTaskStore):
             args.append(query.updated_after_ns)
             where.append(f"has_ts AND ts_ns >= ${len(args)}")
         filters = " AND ".join(where)
-        total = await self._pool.fetchval(
-            f"SELECT count(*) FROM {self._t} WHERE {filters}",  # noqa: S608
-            *args,
-        )
+        if query.context_id or query.updated_after_ns is not None:
+            # An index range bounded by one conversation or by the tasks updated since.
+            total = await self._pool.fetchval(
+                f"SELECT count(*) FROM {self._t} WHERE {filters}",  # noqa: S608
+                *args,
+            )
+        else:  # the owner's (or its state's) count, kept by the trigger of migration 2
+            total = await self._pool.fetchval(
+                f"SELECT coalesce(sum(n), 0)::bigint FROM {self._counts} WHERE {filters}",  # noqa: S608
+                *args,
+            )
         page_args = list(args)
         page_where = filters
         if query.after is not None:
@@ -243,8 +206,15 @@ class PostgresTaskStore(VersionedTaskStore):
             owner_of(context),
         )
 
+    async def admit(self, owner: str) -> None:
+        """Nothing to do: PostgreSQL keeps every task until the idle sweep."""
+        del owner
+
     async def count(self) -> int:
-        return int(await self._pool.fetchval(f"SELECT count(*) FROM {self._t}"))  # noqa: S608
+        """From `task_counts` (one row per owner and state), never a scan of the tasks."""
+        return int(
+            await self._pool.fetchval(f"SELECT coalesce(sum(n), 0)::bigint FROM {self._counts}")  # noqa: S608
+        )
 
     async def ping(self) -> None:
         await self._pool.fetchval("SELECT 1")
@@ -331,31 +301,50 @@ class PostgresConfirmationStore:
     shared = True
 
     def __init__(
-        self, pool: asyncpg.Pool, schema: str, *, clock: Callable[[], float] = time.time
+        self,
+        pool: asyncpg.Pool,
+        schema: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_pending_per_owner: int = 100,
     ) -> None:
         self._pool = pool
         self._a = f"{schema}.approvals"
         self._clock = clock
+        self._per_owner = max_pending_per_owner
 
     async def propose(self, proposal: Proposal) -> Confirmation:
         now = self._clock()
-        row = await self._pool.fetchrow(
-            f"""INSERT INTO {self._a} (action_id, owner, subject, session_id, task_id, tool,
-                    args, level, status, created_at, expires_at, digest)
-                VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, 'pending', $9, $10, $11)
-                RETURNING *""",  # noqa: S608
-            new_action_id(),
-            proposal.owner,
-            proposal.subject,
-            proposal.session_id,
-            proposal.task_id,
-            proposal.tool,
-            json.dumps(dict(proposal.args)),
-            proposal.level,
-            now,
-            now + proposal.ttl,
-            proposal.digest,
-        )
+        async with self._pool.acquire() as connection, connection.transaction():
+            # One proposer per owner at a time, across replicas, so the quota holds exactly.
+            await connection.execute(
+                "SELECT pg_advisory_xact_lock($1, hashtext($2))", _PROPOSE_LOCK, proposal.owner
+            )
+            live = await connection.fetchval(
+                f"""SELECT count(*) FROM {self._a} WHERE owner = $1
+                    AND status IN ('pending', 'approved') AND expires_at > $2""",  # noqa: S608
+                proposal.owner,
+                now,
+            )
+            if live >= self._per_owner:
+                raise ApprovalQuotaExceeded(limit=self._per_owner)
+            row = await connection.fetchrow(
+                f"""INSERT INTO {self._a} (action_id, owner, subject, session_id, task_id, tool,
+                        args, level, status, created_at, expires_at, digest)
+                    VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, 'pending', $9, $10, $11)
+                    RETURNING *""",  # noqa: S608
+                new_action_id(),
+                proposal.owner,
+                proposal.subject,
+                proposal.session_id,
+                proposal.task_id,
+                proposal.tool,
+                json.dumps(dict(proposal.args)),
+                proposal.level,
+                now,
+                now + proposal.ttl,
+                proposal.digest,
+            )
         return _confirmation(row)
 
     async def _expire(self, condition: str, *args: Any) -> None:
@@ -507,7 +496,7 @@ class PostgresMessageClaims:
 
 
 class PostgresStores:
-    """The pool and both stores; `open()` creates the schema, `close()` drains the pool.
+    """The pool and both stores; `open()` migrates the schema, `close()` drains the pool.
 
     Like the memory store, PostgreSQL keeps tasks only while they are used: a sweep (every
     replica, every `min(idle_ttl / 4, 60 s)`; deletes are idempotent) drops tasks not written for
@@ -515,12 +504,19 @@ class PostgresStores:
     """
 
     def __init__(
-        self, pool: asyncpg.Pool, schema: str, clock: Callable[[], float], idle_ttl: float
+        self,
+        pool: asyncpg.Pool,
+        schema: str,
+        clock: Callable[[], float],
+        idle_ttl: float,
+        max_pending_per_owner: int,
     ) -> None:
         self.pool = pool
         self.tasks = PostgresTaskStore(pool, schema)
         self.events = PostgresEventStream(pool, schema)
-        self.confirmations = PostgresConfirmationStore(pool, schema, clock=clock)
+        self.confirmations = PostgresConfirmationStore(
+            pool, schema, clock=clock, max_pending_per_owner=max_pending_per_owner
+        )
         self.claims = PostgresMessageClaims(pool, schema)
         self._schema = schema
         self._clock = clock
@@ -535,16 +531,16 @@ class PostgresStores:
         *,
         clock: Callable[[], float] = time.time,
         idle_ttl: float = 3600.0,
+        max_pending_per_owner: int = 100,
     ) -> PostgresStores:
         pool = await asyncpg.create_pool(url, min_size=1, max_size=10, command_timeout=10)
         try:
-            async with pool.acquire() as connection, connection.transaction():
-                await connection.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-                await connection.execute(_DDL.format(s=schema))
+            async with pool.acquire() as connection:
+                await migrate(connection, schema)
         except BaseException:
             await pool.close()
             raise
-        return cls(pool, schema, clock, idle_ttl)
+        return cls(pool, schema, clock, idle_ttl, max_pending_per_owner)
 
     async def sweep(self) -> None:
         """Drop idle tasks and long-settled approvals."""
@@ -566,6 +562,9 @@ class PostgresStores:
         await self.pool.execute(
             f"DELETE FROM {self._schema}.approvals WHERE expires_at < $1",  # noqa: S608
             self._clock() - _KEEP_SETTLED_SECONDS,
+        )
+        await self.pool.execute(
+            f"DELETE FROM {self._schema}.task_counts WHERE n = 0"  # noqa: S608
         )
 
     async def _sweep_forever(self) -> None:

@@ -67,6 +67,10 @@ class TaskStore(Protocol):
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         """Forget the caller's task (nothing happens to another owner's)."""
 
+    async def admit(self, owner: str) -> None:
+        """Make room for a new task of `owner`'s, or raise the refusal (`TaskQuotaExceeded`,
+        `TaskStoreFull`) before its turn runs; a store without quotas does nothing."""
+
     async def count(self) -> int:
         """Tasks stored, all owners (for the `tasks_stored` gauge)."""
 
@@ -152,7 +156,9 @@ class ConfirmationStore(Protocol):
         """True when every replica sees the same confirmations."""
 
     async def propose(self, proposal: Proposal) -> Confirmation:
-        """Record a new pending action; its id is unguessable."""
+        """Record a new pending action; its id is unguessable. Raises `ApprovalRefused`
+        (`adapter.errors`) when the proposing owner's quota of live actions is used up, or the
+        store is full of live actions: a live action is never dropped to make room."""
 
     async def get(self, action_id: str, *, subject: str) -> Confirmation | None:
         """The action if `subject` may decide it (otherwise None, as if it did not exist)."""
