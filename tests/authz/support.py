@@ -290,7 +290,8 @@ async def running_authz(env: Mapping[str, str]) -> AsyncIterator[RunningAuthz]:
     stop = asyncio.Event()
     ready: asyncio.Future[Bound] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(serve(settings, stop, ready.set_result))
-    done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+    started: set[asyncio.Future[Any]] = {task, ready}
+    done, _ = await asyncio.wait(started, return_when=asyncio.FIRST_COMPLETED)
     if task in done:
         task.result()  # raises the start-up error
     bound = ready.result()

@@ -27,8 +27,8 @@ from tests.authz.support import (
 )
 from tests.base64url import respell
 
-SERVING = health_pb2.HealthCheckResponse.SERVING
-NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+SERVING: int = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING: int = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def url_env(server: JwksServer, **overrides: str) -> dict[str, str]:
 
 
 async def is_allowed(authz: RunningAuthz, token: str) -> bool:
-    return (await authz.check(token=token)).status.code == 0
+    return bool((await authz.check(token=token)).status.code == 0)
 
 
 async def test_keys_load_from_url_and_health_is_serving(
