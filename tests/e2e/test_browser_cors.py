@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import pytest
 from aiohttp import web
@@ -69,7 +69,7 @@ async def _page(_: web.Request) -> web.Response:
     return web.Response(text=PAGE, content_type="text/html")
 
 
-async def _serve(sock: socket.socket) -> AsyncIterator[str]:
+async def _serve(sock: socket.socket) -> AsyncGenerator[str, None]:
     """Serve PAGE on a duplicate of `sock` (aiohttp closes what it is given; the origin's port
     stays bound for the next test)."""
     app = web.Application()
