@@ -132,7 +132,7 @@ def grpc_frame(token: str) -> bytes:
         }
     )
     request.attributes.context_extensions["surface"] = "a2a"
-    payload = request.SerializeToString()
+    payload = bytes(request.SerializeToString())
     return b"\x00" + len(payload).to_bytes(4, "big") + payload
 
 
