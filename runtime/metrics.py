@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Gauge, ProcessCollector, disabl
 
 DISTRIBUTION = "orrery-a2a-edge"
 
+# prometheus-client leaves this function unannotated
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 

@@ -48,6 +48,7 @@ async def test_over_the_cap_is_429_with_retry_after_and_a_jsonrpc_body() -> None
         assert body["error"]["data"][0]["reason"] == "TOO_MANY_IN_FLIGHT"
         assert body["error"]["data"][0]["metadata"] == {"limit": "4", "retry_after": "1"}
         assert len(server.gateway.turns) == 4  # the refused turn never ran
+        # the fixture's gateway is the holding fake (RecordingGateway)
         server.gateway.hold.set()  # type: ignore[union-attr]
         await asyncio.gather(*turns)
         after = await server.rpc(ALICE_BOT, "SendMessage", send_params())
@@ -61,6 +62,7 @@ async def test_cap_is_per_principal() -> None:
         other = asyncio.create_task(server.rpc(OTHER_BOT, "SendMessage", send_params()))
         while len(server.gateway.turns) < 2:
             await asyncio.sleep(0.02)
+        # the fixture's gateway is the holding fake (RecordingGateway)
         server.gateway.hold.set()  # type: ignore[union-attr]
         assert (await other).status_code == 200
         await asyncio.gather(*turns)
@@ -71,6 +73,7 @@ async def test_reads_are_not_capped() -> None:
     async with running({"ORRERY_A2A_MAX_IN_FLIGHT": "1"}) as server:
         turns = await fill(server, 1)
         assert (await server.rpc(ALICE_BOT, "ListTasks", {})).status_code == 200
+        # the fixture's gateway is the holding fake (RecordingGateway)
         server.gateway.hold.set()  # type: ignore[union-attr]
         await asyncio.gather(*turns)
 
@@ -228,6 +231,7 @@ async def test_adapter_with_redis_caps_turns(redis_url: str) -> None:
     ) as server:
         turns = await fill(server, 1)
         assert (await server.rpc(ALICE_BOT, "SendMessage", send_params())).status_code == 429
+        # the fixture's gateway is the holding fake (RecordingGateway)
         server.gateway.hold.set()  # type: ignore[union-attr]
         await asyncio.gather(*turns)
         assert (await server.rpc(ALICE_BOT, "SendMessage", send_params())).status_code == 200

@@ -96,16 +96,16 @@ class SigningKey:
     def sign(self, data: bytes) -> bytes:
         alg, key = self.alg, self.private
         if alg.startswith("RS"):
-            return key.sign(data, padding.PKCS1v15(), hashes.SHA256())  # type: ignore[no-any-return]
+            return bytes(key.sign(data, padding.PKCS1v15(), hashes.SHA256()))
         if alg.startswith("PS"):
             pss = padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=32)
-            return key.sign(data, pss, hashes.SHA256())  # type: ignore[no-any-return]
+            return bytes(key.sign(data, pss, hashes.SHA256()))
         if alg.startswith("ES"):
             digest = hashes.SHA256() if alg == "ES256" else hashes.SHA384()
             r, s = decode_dss_signature(key.sign(data, ec.ECDSA(digest)))
             size = (key.curve.key_size + 7) // 8
             return r.to_bytes(size, "big") + s.to_bytes(size, "big")
-        return key.sign(data)  # type: ignore[no-any-return]
+        return bytes(key.sign(data))
 
 
 @dataclass

@@ -265,6 +265,7 @@ async def test_broken_jwks_file_keeps_the_last_good_keys(issuer: Issuer, tmp_pat
 
 
 def small_rsa_jwk() -> dict[str, Any]:
+    # S505: a key too small on purpose: the parser must refuse it
     private = rsa.generate_private_key(public_exponent=65537, key_size=1024)  # noqa: S505
     public = private.public_key().public_numbers()
     return {"kid": "small", "kty": "RSA", "n": b64int(public.n), "e": b64int(public.e)}

@@ -47,6 +47,7 @@ def limit_settings(rate: int = 3, period: int = 60, **overrides: object) -> Rate
         "failure_mode": "local",
     }
     values.update(overrides)
+    # the overrides are the settings' own fields, of their own types
     return RateLimitSettings(**values)  # type: ignore[arg-type]
 
 

@@ -62,7 +62,7 @@ with warnings.catch_warnings():
     )
     from envoy_data_plane.envoy.type.v3 import StatusCode
 
-ANY_ADDRESS = "0.0.0.0"  # noqa: S104 (what compose binds; the unspecified address)
+ANY_ADDRESS = "0.0.0.0"
 SOURCE = "127.0.0.2"  # a client address of its own (Envoy's per-address budget)
 EXT_AUTHZ = "envoy.filters.http.ext_authz"
 HEADER_MUTATION = "envoy.filters.http.header_mutation"
