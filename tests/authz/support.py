@@ -285,11 +285,14 @@ class RunningAuthz:
 
 
 @contextlib.asynccontextmanager
-async def running_authz(env: Mapping[str, str]) -> AsyncIterator[RunningAuthz]:
+async def running_authz(
+    env: Mapping[str, str], *, clock: Callable[[], float] = time.monotonic
+) -> AsyncIterator[RunningAuthz]:
+    """authz in this event loop; `clock` times its key cooldowns and local limits."""
     settings = AuthzSettings.from_env(env)
     stop = asyncio.Event()
     ready: asyncio.Future[Bound] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(serve(settings, stop, ready.set_result))
+    task = asyncio.create_task(serve(settings, stop, ready.set_result, clock=clock))
     started: set[asyncio.Future[Any]] = {task, ready}
     done, _ = await asyncio.wait(started, return_when=asyncio.FIRST_COMPLETED)
     if task in done:
