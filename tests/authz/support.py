@@ -15,7 +15,7 @@ import json
 import secrets
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -371,15 +371,6 @@ class RedisProxy:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-
-
-async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
-    """Poll `condition` until it holds (generous timeout: the machine is shared)."""
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,13 @@ from tests.authz.support import (
     b64int,
     base_env,
     denied,
-    eventually,
     ok_headers,
     running_authz,
 )
 from tests.base64url import respell
 from tests.clocks import FakeClock
 from tests.metrics import metric
+from tests.waiting import eventually
 
 SERVING: int = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING: int = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -31,11 +31,11 @@ from tests.authz.support import (
     SigningKey,
     base_env,
     denied,
-    eventually,
     ok_headers,
     running_authz,
 )
 from tests.metrics import metric
+from tests.waiting import eventually
 
 
 @pytest.fixture
