@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runtime.metrics import release
+from runtime.version import version
 from tests.adapter.conftest import (
     KEYS_SPEC,
     assertion_headers,
@@ -74,7 +74,7 @@ async def test_the_diagnostics_address_takes_probes_and_metrics_off_the_a2a_sock
             "limiter": "ok",
             "serving": "ok",
         }
-        assert f'orrery_a2a_build_info{{version="{release()}"}} 1.0' in metrics.text
+        assert f'orrery_a2a_build_info{{version="{version()}"}} 1.0' in metrics.text
         assert "process_cpu_seconds_total" in metrics.text
         assert "_created" not in metrics.text
         async with httpx.AsyncClient(base_url=f"http://{serving['addr']}") as http:
