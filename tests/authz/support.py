@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 from aiohttp import web
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from envoy.service.auth.v3 import external_auth_pb2_grpc
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest, CheckResponse
@@ -35,6 +35,7 @@ from contract.assertion import Assertion, AssertionKeys, new_keys_spec, verify
 from contract.headers import PRINCIPAL_HEADER
 from contract.identity import Surface
 from contract.jose import b64url_encode
+from tests.keys import private_key
 
 ISSUER = "https://issuer.test"
 AUDIENCE = "orrery-a2a"
@@ -56,16 +57,7 @@ class SigningKey:
 
     @classmethod
     def generate(cls, alg: str, kid: str | None = None) -> SigningKey:
-        kid = kid or f"{alg.lower()}-{secrets.token_hex(4)}"
-        if alg in ("RS256", "PS256"):
-            return cls(kid, alg, rsa.generate_private_key(public_exponent=65537, key_size=2048))
-        if alg == "ES256":
-            return cls(kid, alg, ec.generate_private_key(ec.SECP256R1()))
-        if alg == "ES384":
-            return cls(kid, alg, ec.generate_private_key(ec.SECP384R1()))
-        if alg == "EdDSA":
-            return cls(kid, alg, ed25519.Ed25519PrivateKey.generate())
-        raise ValueError(alg)
+        return cls(kid or f"{alg.lower()}-{secrets.token_hex(4)}", alg, private_key(alg))
 
     def jwk(self, **extra: Any) -> dict[str, Any]:
         public = self.private.public_key()
