@@ -26,6 +26,8 @@ from tests.adapter.conftest import (
 from tests.adapter.conftest import (
     message_params as message,
 )
+from tests.metrics import metric
+from tests.waiting import eventually
 
 ALICE_BOT = delegated()
 
@@ -586,12 +588,11 @@ async def test_client_disconnect_lets_the_turn_finish_and_free_its_slot(server: 
             if line.startswith("data: "):
                 break
     server.gateway.hold.set()
-    for _ in range(400):
-        metrics = (await (server.http(None)).get("/metrics")).text
-        if "orrery_a2a_turns_in_flight 0.0" in metrics:
-            break
-        await asyncio.sleep(0.05)
-    assert "orrery_a2a_turns_in_flight 0.0" in metrics
+
+    async def slot_freed() -> bool:
+        return await metric(f"{server.base}/metrics", "orrery_a2a_turns_in_flight") == 0
+
+    await eventually(slot_freed)
 
 
 async def test_a_waiting_stream_sends_keep_alive_comments() -> None:
