@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -64,13 +66,17 @@ METRICS = web.AppKey("metrics", Metrics)
 
 
 async def make_app(
-    settings: AdapterSettings, *, tracer_provider: trace.TracerProvider | None = None
+    settings: AdapterSettings,
+    *,
+    tracer_provider: trace.TracerProvider | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> web.Application:
     """Build the whole adapter; raises `ConfigError` when the settings cannot work together.
 
     Spans go to `tracer_provider`, or to the global one (a no-op unless an OpenTelemetry SDK was
-    installed, e.g. by `opentelemetry-instrument`)."""
-    stores = await open_stores(settings)
+    installed, e.g. by `opentelemetry-instrument`). Approvals expire by `clock` (a test moves it
+    instead of sleeping)."""
+    stores = await open_stores(settings, clock=clock)
     limiters = _Limiters(
         _limiter(settings, settings.max_in_flight, IN_FLIGHT),
         _limiter(settings, settings.max_subscriptions, SUBSCRIPTIONS),

@@ -61,6 +61,7 @@ FAILED_TEXT = (
 def _status(state: int, message: pb.Message | None = None) -> pb.TaskStatus:
     stamp = timestamp_pb2.Timestamp()
     stamp.GetCurrentTime()
+    # a2a-sdk's stub wants its TaskState enum; the proto field takes the int we hold
     status = pb.TaskStatus(state=state, timestamp=stamp)  # type: ignore[arg-type]
     if message is not None:
         status.message.CopyFrom(message)

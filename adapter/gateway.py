@@ -179,6 +179,7 @@ def gateway_factory(spec: str | None) -> Callable[[GatewayContext], Any]:
         raise GatewayLoadError(f"ORRERY_A2A_GATEWAY: cannot load {spec!r}: {exc}") from None
     if not callable(factory):
         raise GatewayLoadError(f"ORRERY_A2A_GATEWAY: {spec!r} is not callable")
+    # loaded by name from the environment: callable is all Python can check here
     return factory  # type: ignore[no-any-return]
 
 

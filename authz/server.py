@@ -21,6 +21,7 @@ import contextlib
 import logging
 import signal
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -198,9 +199,11 @@ async def serve(
     *,
     reuse_port: bool = False,
     serve_diag: bool = True,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """Run until `stop` is set; raise `OSError` when the gRPC, HTTP or diagnostics address
-    cannot be bound. A worker (`serve_diag=False`) leaves diagnostics to its parent."""
+    cannot be bound. A worker (`serve_diag=False`) leaves diagnostics to its parent. `clock` times
+    the key refresh cooldowns and the local rate limits (a test moves it instead of sleeping)."""
     metrics = Metrics(redis=settings.limits.redis_url is not None)
     health_servicer = health.aio.HealthServicer()
 
@@ -217,9 +220,13 @@ async def serve(
         source_for(settings.jwks),
         on_refresh=metrics.jwks_loaded,
         on_usable=on_usable,
+        clock=clock,
     )
     limiter = Limiter(
-        settings.limits, on_evict=metrics.ratelimit_evictions.inc, on_redis=metrics.redis_state
+        settings.limits,
+        on_evict=metrics.ratelimit_evictions.inc,
+        on_redis=metrics.redis_state,
+        clock=clock,
     )
     checker = Checker(build_decider(settings, metrics, keys, limiter), metrics)
     server, port = grpc_server(settings.addr, checker, health_servicer, reuse_port=reuse_port)

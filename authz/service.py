@@ -37,12 +37,14 @@ def check_view(request: CheckRequest) -> CheckView:
     return CheckView(headers=headers, surface=extensions.get("surface"), path=http.path)
 
 
+# the generated servicer base is untyped (Any), which strict mypy will not subclass silently
 class AuthorizationService(external_auth_pb2_grpc.AuthorizationServicer):  # type: ignore[misc]
     """`envoy.service.auth.v3.Authorization` on grpc.aio."""
 
     def __init__(self, checker: Checker) -> None:
         self._checker = checker
 
+    # N802: the gRPC method's name is fixed by the service definition
     async def Check(self, request: CheckRequest, context: Any) -> CheckResponse:  # noqa: N802
         result = await self._checker.check(check_view(request))
         if isinstance(result, Allow):

@@ -209,6 +209,7 @@ def _serve_merged_diagnostics(
     settings: AuthzSettings, metrics_dir: str, count: int, bound: Bound
 ) -> DiagServer:
     registry = CollectorRegistry()
+    # prometheus-client leaves this constructor unannotated
     MultiProcessCollector(registry, path=metrics_dir)  # type: ignore[no-untyped-call]
     describe_process(registry)
     diagnostics = RegistryDiagnostics(registry, lambda: _all_keys_usable(registry))

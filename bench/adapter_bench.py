@@ -48,6 +48,7 @@ PRINCIPAL = Principal(
 
 
 def drain(stream: object) -> None:
+    # any iterable pipe: `object` keeps callers free, iterating it is the contract
     threading.Thread(target=lambda: [None for _ in stream], daemon=True).start()  # type: ignore[attr-defined]
 
 
@@ -135,8 +136,15 @@ class WrkRun:
 _UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 
 
+def found(pattern: str, out: str, flags: int = 0) -> re.Match[str]:
+    """`pattern` in a load tool's output, which always prints it: a run without it fails here."""
+    match = re.search(pattern, out, flags)
+    assert match is not None, f"{pattern!r} not in the output: {out[-2000:]}"
+    return match
+
+
 def _percentile_ms(out: str, percent: str) -> float:
-    value, unit = re.search(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s)$", out, re.M).groups()  # type: ignore[union-attr]
+    value, unit = found(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s)$", out, re.M).groups()
     return float(value) * _UNITS_MS[unit]
 
 
@@ -156,9 +164,9 @@ def run_wrk(
         command += ["--", str(identities)]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return WrkRun(
-        rps=float(re.search(r"Requests/sec:\s+([\d.]+)", out)[1]),  # type: ignore[index]
-        total=int(re.search(r"(\d+) requests in", out)[1]),  # type: ignore[index]
-        bad=int(re.search(r"not-completed: (\d+)", out)[1]),  # type: ignore[index]
+        rps=float(found(r"Requests/sec:\s+([\d.]+)", out)[1]),
+        total=int(found(r"(\d+) requests in", out)[1]),
+        bad=int(found(r"not-completed: (\d+)", out)[1]),
         p50_ms=_percentile_ms(out, "50"),
         p99_ms=_percentile_ms(out, "99"),
     )
@@ -175,6 +183,7 @@ def measure(
     try:
         run_wrk(port, 2, args.connections, identities)  # warm-up
         if keys:
+            # set whenever `keys` is (minted just above)
             identities.unlink()  # type: ignore[union-attr]
             identities = mint(keys, 2000)
         before = cpu_seconds(process.pid)

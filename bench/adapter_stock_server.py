@@ -26,8 +26,9 @@ from adapter.card import public_card
 from adapter.demo_gateway import DemoGateway
 from adapter.executor import GatewayExecutor
 from adapter.principal import PrincipalUser
+from adapter.settings import CardAuth
 from adapter.stores.memory import MemoryConfirmationStore
-from contract.identity import Principal
+from contract.identity import DEFAULT_ROLE_AUTONOMY, Principal, parse_role_autonomy
 
 PRINCIPAL = Principal(
     kind="delegated", subject="bench", client="bench", agent="bench", role="admin", autonomy="L3"
@@ -45,7 +46,8 @@ async def main() -> None:
     sock = socket.create_server(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}/a2a"
-    card = public_card(url)
+    roles = tuple(role for role, _ in parse_role_autonomy(DEFAULT_ROLE_AUTONOMY))
+    card = public_card(url, CardAuth(roles=roles))  # the adapter's card with default settings
     handler = DefaultRequestHandler(
         agent_executor=GatewayExecutor(DemoGateway(MemoryConfirmationStore(), 900.0), url),
         task_store=InMemoryTaskStore(),

@@ -63,6 +63,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # --- the do-nothing baseline server (runs in its own process: `--baseline-server`) -----------
 
 
+# the generated servicer base is untyped (Any)
 class NothingService(external_auth_pb2_grpc.AuthorizationServicer):  # type: ignore[misc]
     """Allows everything without looking: the floor any Python grpcio Check server pays."""
 
@@ -70,6 +71,7 @@ class NothingService(external_auth_pb2_grpc.AuthorizationServicer):  # type: ign
         self._ok = CheckResponse()
         self._ok.status.code = 0
 
+    # N802: the gRPC method's name is fixed by the service definition
     async def Check(self, request: CheckRequest, context: Any) -> CheckResponse:  # noqa: N802
         return self._ok
 
@@ -132,7 +134,7 @@ def grpc_frame(token: str) -> bytes:
         }
     )
     request.attributes.context_extensions["surface"] = "a2a"
-    payload = request.SerializeToString()
+    payload = bytes(request.SerializeToString())
     return b"\x00" + len(payload).to_bytes(4, "big") + payload
 
 

@@ -33,7 +33,6 @@ import argparse
 import asyncio
 import io
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -46,7 +45,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import adapter_bench` as a script
 
-from adapter_bench import cpu_seconds, run_in_scratch
+from adapter_bench import cpu_seconds, found, run_in_scratch
 
 from stack.settings import ADDRESSES, StackSettings
 from stack.state import StackState
@@ -140,9 +139,9 @@ def run_flood(port: int, signed: str, duration: float, connections: int, rate: f
     command = ["wrk", "-t1", f"-c{connections}", f"-d{int(duration)}s", "-s", str(LUA)]
     command += [f"http://127.0.0.1:{port}/a2a", "--", signed, str(pause_ms)]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    counts = re.search(r"flood: checked=(\d+) refused=(\d+) other=(\d+)", out)
-    seconds = float(re.search(r"requests in ([\d.]+)s", out)[1])  # type: ignore[index]
-    checked, refused, other = (int(value) for value in counts.groups())  # type: ignore[union-attr]
+    counts = found(r"flood: checked=(\d+) refused=(\d+) other=(\d+)", out)
+    seconds = float(found(r"requests in ([\d.]+)s", out)[1])
+    checked, refused, other = (int(value) for value in counts.groups())
     total = checked + refused + other
     return Flood(total / seconds, checked / seconds, refused / seconds)
 

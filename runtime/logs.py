@@ -66,6 +66,7 @@ class JsonFormatter(logging.Formatter):
         return _ENCODER.encode(body)
 
 
+# StreamHandler is generic only in typeshed; subscripting it fails at run time
 class JsonLinesHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """The handler `configure` installs: JSON lines on a stream, plus a direct path for `event`."""
 

@@ -10,21 +10,12 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 from prometheus_client import CollectorRegistry, Gauge, ProcessCollector, disable_created_metrics
 
-DISTRIBUTION = "orrery-a2a-edge"
+from runtime.version import version
 
+# prometheus-client leaves this function unannotated
 disable_created_metrics()  # type: ignore[no-untyped-call]
-
-
-def release() -> str:
-    """The installed distribution's version ("unknown" when run from a bare checkout)."""
-    try:
-        return version(DISTRIBUTION)
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def describe_build(namespace: str, registry: CollectorRegistry) -> None:
@@ -37,7 +28,7 @@ def describe_build(namespace: str, registry: CollectorRegistry) -> None:
         multiprocess_mode="max",
         registry=registry,
     )
-    info.labels(release()).set(1)
+    info.labels(version()).set(1)
 
 
 def describe_process(registry: CollectorRegistry) -> None:

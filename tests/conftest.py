@@ -7,6 +7,7 @@ is not reachable they skip with the reason, except when `ORRERY_TEST_REQUIRE_SER
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 from collections.abc import Iterator
@@ -81,3 +82,11 @@ def redis_url() -> Iterator[str]:
 def database_url() -> str:
     """The PostgreSQL test database (tests create their own schema or tables and drop them)."""
     return require_service("PostgreSQL", DATABASE_URL, 5432)
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage() -> Iterator[None]:
+    """Collect garbage after each test, so a socket or transport it left open warns (and fails)
+    in that test, not in whichever later one the collector happens to run in."""
+    yield
+    gc.collect()

@@ -13,6 +13,7 @@ a full pipe while the test is looking elsewhere.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -27,17 +28,28 @@ GONE_TIMEOUT = 10.0
 
 
 class EventProcess:
-    """A child process whose stderr JSON lines are collected, in order, as `events`."""
+    """A child process whose stderr lines are collected, in order, as `lines`, and the JSON ones
+    among them as `events`. With `merge_stdout` its stdout is read too, interleaved (a command
+    that prints for people, like `orrery-a2a up`)."""
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        cwd: Path | None = None,
+        merge_stdout: bool = False,
+    ) -> None:
         self.proc = subprocess.Popen(
             list(argv),
             env=dict(env),
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE if merge_stdout else subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if merge_stdout else subprocess.PIPE,
             text=True,
         )
+        self._output = self.proc.stdout if merge_stdout else self.proc.stderr
         self.lines: list[str] = []
         self.events: list[dict[str, Any]] = []
         self._changed = threading.Condition()
@@ -56,14 +68,15 @@ class EventProcess:
             return "".join(self.lines)
 
     def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
+        assert self._output is not None
+        for line in self._output:
             with self._changed:
                 self.lines.append(line)
                 # Not every line is ours: gRPC's C core writes plain text, e.g. when a bind fails.
                 if line.startswith("{"):
                     self.events.append(json.loads(line))
                 self._changed.notify_all()
+        self._output.close()  # at its end: nothing more to read, and no pipe left open
         with self._changed:
             self._closed = True
             self._changed.notify_all()
@@ -80,6 +93,19 @@ class EventProcess:
             if found is None:
                 raise AssertionError(f"no {event!r} event; got {self.events}")
             return found
+
+    def wait_for_line(self, pattern: str, timeout: float = START_TIMEOUT) -> str | None:
+        """The first line matching `pattern` (a regex), waiting for it if need be; None when the
+        output ends without one."""
+
+        def seen() -> str | None:
+            return next((line for line in self.lines if re.search(pattern, line)), None)
+
+        with self._changed:
+            if not self._changed.wait_for(lambda: seen() is not None or self._closed, timeout):
+                raise AssertionError(f"no line matching {pattern!r} in time; got {self.lines}")
+            found = seen()
+            return found.rstrip("\n") if found is not None else None
 
     def finish(self, timeout: float = START_TIMEOUT) -> int:
         """Wait for the child to exit and for the end of its stderr; return its exit code."""

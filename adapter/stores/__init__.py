@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -31,14 +32,18 @@ class Stores:
     events: TaskEventStream | None = None  # PostgreSQL only: the memory store is one process
 
 
-async def open_stores(settings: AdapterSettings) -> Stores:
-    """PostgreSQL when `DATABASE_URL` is set, otherwise bounded in-memory stores."""
+async def open_stores(
+    settings: AdapterSettings, *, clock: Callable[[], float] = time.time
+) -> Stores:
+    """PostgreSQL when `DATABASE_URL` is set, otherwise bounded in-memory stores; approvals
+    expire by `clock` (wall time: their `expires_at` is shown to people)."""
     if settings.database_url:
         from adapter.stores.postgres import PostgresStores  # asyncpg only when it is used
 
         shared = await PostgresStores.open(
             settings.database_url,
             settings.db_schema,
+            clock=clock,
             idle_ttl=settings.task_idle_ttl,
             max_pending_per_owner=settings.max_pending_approvals_per_owner,
         )
@@ -62,6 +67,7 @@ async def open_stores(settings: AdapterSettings) -> Stores:
         idle_ttl=settings.task_idle_ttl,
     )
     confirmations = MemoryConfirmationStore(
+        clock=clock,
         max_entries=settings.max_approvals,
         max_pending_per_owner=settings.max_pending_approvals_per_owner,
     )

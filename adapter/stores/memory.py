@@ -316,6 +316,7 @@ class MemoryConfirmationStore:
         )
 
     def _set(self, entry: Confirmation, status: str) -> Confirmation:
+        # `status` is one of Confirmation's literals; the callers pass only those
         updated = dataclasses.replace(entry, status=status)  # type: ignore[arg-type]
         self._entries[entry.action_id] = updated
         if status not in _LIVE_STATUSES:

@@ -183,7 +183,7 @@ async def migrate(connection: Any, schema: str) -> list[int]:
         )
         current = int(
             await connection.fetchval(
-                f"SELECT coalesce(max(version), 0) FROM {schema}.schema_version"  # noqa: S608
+                f"SELECT coalesce(max(version), 0) FROM {schema}.schema_version"
             )
         )
         if current > latest():
@@ -199,7 +199,7 @@ async def migrate(connection: Any, schema: str) -> list[int]:
                 continue
             await connection.execute(migration.sql.format(s=schema))
             await connection.execute(
-                f"INSERT INTO {schema}.schema_version (version, name) VALUES ($1, $2)",  # noqa: S608
+                f"INSERT INTO {schema}.schema_version (version, name) VALUES ($1, $2)",
                 migration.version,
                 migration.name,
             )

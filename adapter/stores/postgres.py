@@ -99,8 +99,7 @@ class PostgresTaskStore(VersionedTaskStore):
                 raise ConcurrentTaskModificationError(task.id)
             if event is not None:
                 await connection.execute(
-                    f"INSERT INTO {self._events} (task_id, version, event) "  # noqa: S608
-                    "VALUES ($1, $2, $3)",
+                    f"INSERT INTO {self._events} (task_id, version, event) VALUES ($1, $2, $3)",
                     task.id,
                     version,
                     proto_utils.to_stream_response(event).SerializeToString(),
@@ -126,19 +125,22 @@ class PostgresTaskStore(VersionedTaskStore):
         # turn's next event on top of CANCELED.)
         update = f"""UPDATE {self._t} SET context_id = $3, state = $4, has_ts = $5, ts_ns = $6,
                          task = $7, version = version + 1, updated_at = now()
-                     WHERE id = $1 AND owner = $2 AND NOT (state = ANY($8::int[]))"""  # noqa: S608
+                     WHERE id = $1 AND owner = $2 AND NOT (state = ANY($8::int[]))"""
         terminal = [int(state) for state in TERMINAL]
         if task.status.state == pb.TASK_STATE_CANCELED:
+            # asyncpg is untyped: fetchval is Any; the column is the integer version
             return await connection.fetchval(  # type: ignore[no-any-return]
                 update + " RETURNING version", *values, terminal
             )
         if prev_version.is_missing:
+            # asyncpg is untyped: fetchval is Any; the column is the integer version
             return await connection.fetchval(  # type: ignore[no-any-return]
                 f"""INSERT INTO {self._t} (id, owner, context_id, state, has_ts, ts_ns, task,
                         version) VALUES ($1, $2, $3, $4, $5, $6, $7, 1)
-                    ON CONFLICT (id) DO NOTHING RETURNING version""",  # noqa: S608
+                    ON CONFLICT (id) DO NOTHING RETURNING version""",
                 *values,
             )
+        # asyncpg is untyped: fetchval is Any; the column is the integer version
         return await connection.fetchval(  # type: ignore[no-any-return]
             update + " AND version = $9 RETURNING version",
             *values,
@@ -148,7 +150,7 @@ class PostgresTaskStore(VersionedTaskStore):
 
     async def get(self, task_id: str, context: ServerCallContext) -> StoredTask | None:
         row = await self._pool.fetchrow(
-            f"SELECT task, version FROM {self._t} WHERE id = $1 AND owner = $2",  # noqa: S608
+            f"SELECT task, version FROM {self._t} WHERE id = $1 AND owner = $2",
             task_id,
             owner_of(context),
         )
@@ -175,12 +177,12 @@ class PostgresTaskStore(VersionedTaskStore):
         if query.context_id or query.updated_after_ns is not None:
             # An index range bounded by one conversation or by the tasks updated since.
             total = await self._pool.fetchval(
-                f"SELECT count(*) FROM {self._t} WHERE {filters}",  # noqa: S608
+                f"SELECT count(*) FROM {self._t} WHERE {filters}",
                 *args,
             )
         else:  # the owner's (or its state's) count, kept by the trigger of migration 2
             total = await self._pool.fetchval(
-                f"SELECT coalesce(sum(n), 0)::bigint FROM {self._counts} WHERE {filters}",  # noqa: S608
+                f"SELECT coalesce(sum(n), 0)::bigint FROM {self._counts} WHERE {filters}",
                 *args,
             )
         page_args = list(args)
@@ -193,7 +195,7 @@ class PostgresTaskStore(VersionedTaskStore):
         rows = await self._pool.fetch(
             f"""SELECT task FROM {self._t} WHERE {page_where}
                 ORDER BY has_ts DESC, ts_ns DESC, id COLLATE "C" DESC
-                LIMIT ${len(page_args)}""",  # noqa: S608
+                LIMIT ${len(page_args)}""",
             *page_args,
         )
         page = [pb.Task.FromString(row["task"]) for row in rows[: query.page_size]]
@@ -201,7 +203,7 @@ class PostgresTaskStore(VersionedTaskStore):
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         await self._pool.execute(
-            f"DELETE FROM {self._t} WHERE id = $1 AND owner = $2",  # noqa: S608
+            f"DELETE FROM {self._t} WHERE id = $1 AND owner = $2",
             task_id,
             owner_of(context),
         )
@@ -213,7 +215,7 @@ class PostgresTaskStore(VersionedTaskStore):
     async def count(self) -> int:
         """From `task_counts` (one row per owner and state), never a scan of the tasks."""
         return int(
-            await self._pool.fetchval(f"SELECT coalesce(sum(n), 0)::bigint FROM {self._counts}")  # noqa: S608
+            await self._pool.fetchval(f"SELECT coalesce(sum(n), 0)::bigint FROM {self._counts}")
         )
 
     async def ping(self) -> None:
@@ -244,14 +246,14 @@ class PostgresEventStream(TaskEventStream):
         cursor = 0
         if not after.is_missing:
             cursor = await self._pool.fetchval(
-                f"SELECT coalesce(max(seq), 0) FROM {self._events} "  # noqa: S608
+                f"SELECT coalesce(max(seq), 0) FROM {self._events} "
                 "WHERE task_id = $1 AND version <= $2",
                 task_id,
                 _as_int(after),
             )
         while True:
             rows = await self._pool.fetch(
-                f"SELECT seq, version, event FROM {self._events} "  # noqa: S608
+                f"SELECT seq, version, event FROM {self._events} "
                 "WHERE task_id = $1 AND seq > $2 ORDER BY seq",
                 task_id,
                 cursor,
@@ -275,6 +277,7 @@ def _event(response: pb.StreamResponse) -> Event:
     kind = response.WhichOneof("payload")
     if kind is None:
         raise ValueError("stored event has no payload")
+    # protobuf's oneof accessor by name is untyped; `kind` names one of the event messages
     return getattr(response, kind)  # type: ignore[no-any-return]
 
 
@@ -322,7 +325,7 @@ class PostgresConfirmationStore:
             )
             live = await connection.fetchval(
                 f"""SELECT count(*) FROM {self._a} WHERE owner = $1
-                    AND status IN ('pending', 'approved') AND expires_at > $2""",  # noqa: S608
+                    AND status IN ('pending', 'approved') AND expires_at > $2""",
                 proposal.owner,
                 now,
             )
@@ -332,7 +335,7 @@ class PostgresConfirmationStore:
                 f"""INSERT INTO {self._a} (action_id, owner, subject, session_id, task_id, tool,
                         args, level, status, created_at, expires_at, digest)
                     VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, 'pending', $9, $10, $11)
-                    RETURNING *""",  # noqa: S608
+                    RETURNING *""",
                 new_action_id(),
                 proposal.owner,
                 proposal.subject,
@@ -351,7 +354,7 @@ class PostgresConfirmationStore:
         await self._pool.execute(
             f"""UPDATE {self._a} SET status = 'expired'
                 WHERE {condition} AND status IN ('pending', 'approved')
-                  AND expires_at <= ${len(args) + 1}""",  # noqa: S608
+                  AND expires_at <= ${len(args) + 1}""",
             *args,
             self._clock(),
         )
@@ -361,7 +364,7 @@ class PostgresConfirmationStore:
             "action_id = $1 AND subject = $2 AND status = 'pending'", action_id, subject
         )
         row = await self._pool.fetchrow(
-            f"SELECT * FROM {self._a} WHERE action_id = $1 AND subject = $2",  # noqa: S608
+            f"SELECT * FROM {self._a} WHERE action_id = $1 AND subject = $2",
             action_id,
             subject,
         )
@@ -372,7 +375,7 @@ class PostgresConfirmationStore:
         status = await self._pool.fetchval(
             f"""UPDATE {self._a} SET status = $3, decided_at = $4
                 WHERE action_id = $1 AND subject = $2 AND status = 'pending' AND expires_at > $4
-                RETURNING status""",  # noqa: S608
+                RETURNING status""",
             action_id,
             subject,
             new_status,
@@ -391,7 +394,7 @@ class PostgresConfirmationStore:
             f"""UPDATE {self._a} SET status = 'consumed'
                 WHERE action_id = $1 AND owner = $2 AND status = 'approved' AND expires_at > $3
                   AND digest = $4
-                RETURNING status""",  # noqa: S608
+                RETURNING status""",
             action_id,
             owner,
             self._clock(),
@@ -400,7 +403,7 @@ class PostgresConfirmationStore:
         if consumed is not None:
             return "approved"
         row = await self._pool.fetchrow(
-            f"SELECT status, digest FROM {self._a} WHERE action_id = $1 AND owner = $2",  # noqa: S608
+            f"SELECT status, digest FROM {self._a} WHERE action_id = $1 AND owner = $2",
             action_id,
             owner,
         )
@@ -408,12 +411,13 @@ class PostgresConfirmationStore:
             return "not_found"
         if row["status"] == "approved" and row["digest"] != digest:
             return "mismatch"
+        # asyncpg rows are untyped; the column's CHECK admits only the status literals
         return row["status"]  # type: ignore[no-any-return]
 
     async def withdraw(self, action_id: str, *, owner: str) -> None:
         await self._pool.execute(
             f"""UPDATE {self._a} SET status = 'withdrawn', decided_at = $3
-                WHERE action_id = $1 AND owner = $2 AND status IN ('pending', 'approved')""",  # noqa: S608
+                WHERE action_id = $1 AND owner = $2 AND status IN ('pending', 'approved')""",
             action_id,
             owner,
             self._clock(),
@@ -422,7 +426,7 @@ class PostgresConfirmationStore:
     async def pending(self) -> int:
         return int(
             await self._pool.fetchval(
-                f"SELECT count(*) FROM {self._a} WHERE status = 'pending' AND expires_at > $1",  # noqa: S608
+                f"SELECT count(*) FROM {self._a} WHERE status = 'pending' AND expires_at > $1",
                 self._clock(),
             )
         )
@@ -445,7 +449,7 @@ class PostgresMessageClaims:
         while True:
             made = await self._pool.fetchval(
                 f"""INSERT INTO {self._c} (owner, key, task_id, fingerprint)
-                    VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING true""",  # noqa: S608
+                    VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING true""",
                 owner,
                 key,
                 task_id,
@@ -463,7 +467,7 @@ class PostgresMessageClaims:
         row = await self._pool.fetchrow(
             f"""SELECT task_id, fingerprint,
                        extract(epoch FROM now() - created_at)::float8 AS age
-                FROM {self._c} WHERE owner = $1 AND key = $2""",  # noqa: S608
+                FROM {self._c} WHERE owner = $1 AND key = $2""",
             owner,
             key,
         )
@@ -476,7 +480,7 @@ class PostgresMessageClaims:
             f"""UPDATE {self._c} SET task_id = $3, fingerprint = $4, created_at = now()
                 WHERE owner = $1 AND key = $2 AND task_id = $5
                   AND created_at <= now() - make_interval(secs => $6)
-                RETURNING true""",  # noqa: S608
+                RETURNING true""",
             owner,
             key,
             task_id,
@@ -488,7 +492,7 @@ class PostgresMessageClaims:
 
     async def release(self, owner: str, key: str, *, task_id: str) -> None:
         await self._pool.execute(
-            f"DELETE FROM {self._c} WHERE owner = $1 AND key = $2 AND task_id = $3",  # noqa: S608
+            f"DELETE FROM {self._c} WHERE owner = $1 AND key = $2 AND task_id = $3",
             owner,
             key,
             task_id,
@@ -545,27 +549,25 @@ class PostgresStores:
     async def sweep(self) -> None:
         """Drop idle tasks and long-settled approvals."""
         await self.pool.execute(
-            f"DELETE FROM {self._schema}.tasks "  # noqa: S608 - schema is validated
+            f"DELETE FROM {self._schema}.tasks "
             "WHERE updated_at < now() - make_interval(secs => $1)",
             self._idle_ttl,
         )
         await self.pool.execute(
-            f"DELETE FROM {self._schema}.task_events "  # noqa: S608
+            f"DELETE FROM {self._schema}.task_events "
             "WHERE created_at < now() - make_interval(secs => $1)",
             self._idle_ttl,
         )
         await self.pool.execute(
-            f"DELETE FROM {self._schema}.message_claims "  # noqa: S608
+            f"DELETE FROM {self._schema}.message_claims "
             "WHERE created_at < now() - make_interval(secs => $1)",
             self._idle_ttl,
         )
         await self.pool.execute(
-            f"DELETE FROM {self._schema}.approvals WHERE expires_at < $1",  # noqa: S608
+            f"DELETE FROM {self._schema}.approvals WHERE expires_at < $1",
             self._clock() - _KEEP_SETTLED_SECONDS,
         )
-        await self.pool.execute(
-            f"DELETE FROM {self._schema}.task_counts WHERE n = 0"  # noqa: S608
-        )
+        await self.pool.execute(f"DELETE FROM {self._schema}.task_counts WHERE n = 0")
 
     async def _sweep_forever(self) -> None:
         while True:

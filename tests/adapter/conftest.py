@@ -164,12 +164,16 @@ def settings_for(base: str, env: Mapping[str, str] | None = None) -> AdapterSett
 
 @asynccontextmanager
 async def running(
-    env: Mapping[str, str] | None = None, *, tracer_provider: TracerProvider | None = None
+    env: Mapping[str, str] | None = None,
+    *,
+    tracer_provider: TracerProvider | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> AsyncIterator[Server]:
-    """The adapter app on 127.0.0.1:<free port>, with the recording gateway by default."""
+    """The adapter app on 127.0.0.1:<free port>, with the recording gateway by default;
+    approvals expire by `clock`."""
     sock = bind("127.0.0.1", 0)
     base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    app = await make_app(settings_for(base, env), tracer_provider=tracer_provider)
+    app = await make_app(settings_for(base, env), tracer_provider=tracer_provider, clock=clock)
     runner = await start(app, sock, shutdown_timeout=5)
     try:
         yield Server(base, app, runner)

@@ -63,6 +63,7 @@ class StoreWithoutWithdraw:
 
 def create_with_an_old_store(context: GatewayContext) -> RecordingGateway:
     old = StoreWithoutWithdraw(context.confirmations)
+    # on purpose: a store without withdraw(), as an old deployment's would be
     return RecordingGateway(dataclasses.replace(context, confirmations=old))  # type: ignore[arg-type]
 
 

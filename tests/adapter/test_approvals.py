@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -30,6 +29,7 @@ from tests.adapter.conftest import (
     text_message,
 )
 from tests.adapter.fakes import ReplanningGateway
+from tests.clocks import FakeClock
 
 AGENT = delegated("deploy-bot", "alice")
 
@@ -229,9 +229,10 @@ async def test_another_agents_cancel_withdraws_nothing(server: Server) -> None:
 
 async def test_expired_action_cannot_be_approved_or_run() -> None:
     """After the TTL the decision is 410 expired and the resumed turn does nothing."""
-    async with running({"ORRERY_A2A_APPROVAL_TTL": "1s"}) as server:
+    clock = FakeClock(time.time())
+    async with running({"ORRERY_A2A_APPROVAL_TTL": "1s"}, clock=clock) as server:
         task, data = await propose(server)
-        await asyncio.sleep(1.2)
+        clock.advance(1.2)
         response = await decide(server, data["action_id"])
         assert response.status_code == 410 and response.json()["status"] == "expired"
         done = await resume(server, task)

@@ -8,7 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from a2a.utils.signing import (
     create_signature_verifier,
 )
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.asymmetric import rsa
 from google.protobuf.json_format import MessageToDict, ParseDict
 from joserfc import jws
 from joserfc.errors import JoseError
@@ -33,6 +33,7 @@ from adapter.card_signing import CardSigner, empty_values, load_key
 from contract.identity import Principal
 from runtime.errors import ConfigError
 from tests.adapter.conftest import Server, running, settings_for
+from tests.keys import PrivateKey, private_key
 
 # RFC 9864 deprecates the JWS name "EdDSA" for "Ed25519"; PyJWT (so the a2a-sdk's verifier)
 # knows only "EdDSA", which is what an Ed25519 key signs cards with here.
@@ -45,13 +46,8 @@ CALLER = Principal(
     kind="service", subject="svc", client="svc", agent="", role="operator", autonomy="L2"
 )
 
-PrivateKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey
-KEY_MAKERS: dict[str, Callable[[], PrivateKey]] = {
-    "ES256": lambda: ec.generate_private_key(ec.SECP256R1()),
-    "ES384": lambda: ec.generate_private_key(ec.SECP384R1()),
-    "EdDSA": ed25519.Ed25519PrivateKey.generate,
-    "RS256": lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048),
-}
+# The card signer's algorithms (PS256 is not one of them).
+CARD_ALGORITHMS = ("ES256", "ES384", "EdDSA", "RS256")
 
 
 def b64url(data: bytes) -> str:
@@ -75,7 +71,7 @@ def write_key(path: Path, key: PrivateKey) -> Path:
 
 @pytest.fixture
 def key_file(tmp_path: Path) -> Path:
-    return write_key(tmp_path / "card-key.pem", KEY_MAKERS["ES256"]())
+    return write_key(tmp_path / "card-key.pem", private_key("ES256"))
 
 
 @pytest.fixture
@@ -246,10 +242,10 @@ async def test_a_card_without_its_signature_is_not_verified(signed: Server) -> N
         sdk_verify(card, jwks)
 
 
-@pytest.mark.parametrize("alg", sorted(KEY_MAKERS))
+@pytest.mark.parametrize("alg", CARD_ALGORITHMS)
 async def test_each_supported_key_type_signs_with_its_algorithm(tmp_path: Path, alg: str) -> None:
     """EC P-256/P-384, Ed25519 and RSA keys sign ES256/ES384/EdDSA/RS256 cards that verify."""
-    path = write_key(tmp_path / "key.pem", KEY_MAKERS[alg]())
+    path = write_key(tmp_path / "key.pem", private_key(alg))
     async with running({"ORRERY_A2A_CARD_SIGNING_KEYS": str(path)}) as server:
         card, jwks = await card_and_keys(server)
     assert protected(card["signatures"][0])["alg"] == alg
@@ -260,8 +256,8 @@ async def test_each_supported_key_type_signs_with_its_algorithm(tmp_path: Path, 
 async def test_rotation_signs_with_every_listed_key_and_publishes_each(tmp_path: Path) -> None:
     """Two key files: the card carries two signatures, the key set both keys; a client that
     trusts only one of them (old or new) still verifies the card."""
-    old = write_key(tmp_path / "old.pem", KEY_MAKERS["ES256"]())
-    new = write_key(tmp_path / "new.pem", KEY_MAKERS["EdDSA"]())
+    old = write_key(tmp_path / "old.pem", private_key("ES256"))
+    new = write_key(tmp_path / "new.pem", private_key("EdDSA"))
     async with running({"ORRERY_A2A_CARD_SIGNING_KEYS": f"{new},{old}"}) as server:
         card, jwks = await card_and_keys(server)
     kids = [jwk["kid"] for jwk in jwks["keys"]]
@@ -323,7 +319,7 @@ def test_an_unusable_key_file_is_a_configuration_error(
         write_key(path, short)
     elif contents == "encrypted":
         path.write_bytes(
-            KEY_MAKERS["ES256"]().private_bytes(
+            private_key("ES256").private_bytes(
                 serialization.Encoding.PEM,
                 serialization.PrivateFormat.PKCS8,
                 serialization.BestAvailableEncryption(b"pw"),
@@ -331,7 +327,7 @@ def test_an_unusable_key_file_is_a_configuration_error(
         )
     elif contents == "public":
         path.write_bytes(
-            KEY_MAKERS["ES256"]()
+            private_key("ES256")
             .public_key()
             .public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo

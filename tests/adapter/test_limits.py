@@ -7,11 +7,13 @@ import uuid
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
 from adapter.app import METRICS
 from adapter.errors import LimiterUnavailable, TooManyInFlight
-from adapter.limits import RedisLimiter
+from adapter.limits import IN_FLIGHT, RedisLimiter
 from tests.adapter.conftest import Server, delegated, running
+from tests.waiting import eventually
 
 ALICE_BOT = delegated("bot", "alice")
 OTHER_BOT = delegated("bot-2", "alice")
@@ -48,6 +50,7 @@ async def test_over_the_cap_is_429_with_retry_after_and_a_jsonrpc_body() -> None
         assert body["error"]["data"][0]["reason"] == "TOO_MANY_IN_FLIGHT"
         assert body["error"]["data"][0]["metadata"] == {"limit": "4", "retry_after": "1"}
         assert len(server.gateway.turns) == 4  # the refused turn never ran
+        # the fixture's gateway is the holding fake (RecordingGateway)
         server.gateway.hold.set()  # type: ignore[union-attr]
         await asyncio.gather(*turns)
         after = await server.rpc(ALICE_BOT, "SendMessage", send_params())
@@ -61,6 +64,7 @@ async def test_cap_is_per_principal() -> None:
         other = asyncio.create_task(server.rpc(OTHER_BOT, "SendMessage", send_params()))
         while len(server.gateway.turns) < 2:
             await asyncio.sleep(0.02)
+        # the fixture's gateway is the holding fake (RecordingGateway)
         server.gateway.hold.set()  # type: ignore[union-attr]
         assert (await other).status_code == 200
         await asyncio.gather(*turns)
@@ -71,6 +75,7 @@ async def test_reads_are_not_capped() -> None:
     async with running({"ORRERY_A2A_MAX_IN_FLIGHT": "1"}) as server:
         turns = await fill(server, 1)
         assert (await server.rpc(ALICE_BOT, "ListTasks", {})).status_code == 200
+        # the fixture's gateway is the holding fake (RecordingGateway)
         server.gateway.hold.set()  # type: ignore[union-attr]
         await asyncio.gather(*turns)
 
@@ -170,16 +175,40 @@ async def test_redis_cap_is_shared_between_replicas(redis_url: str) -> None:
         await two.close()
 
 
+async def lease_expiry(redis_url: str, principal_key: str) -> float:
+    """When the one in-flight slot of `principal_key` lapses unless renewed (Redis's clock)."""
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        key = IN_FLIGHT.key_prefix + principal_key
+        # redis-py types the reply as every shape zrange can take; withscores: (member, score)
+        slots: Any = await client.zrange(key, 0, -1, withscores=True)
+    finally:
+        await client.aclose()
+    ((_, expiry),) = slots
+    return float(expiry)
+
+
+async def redis_passed(redis_url: str, moment: float) -> bool:
+    """Whether Redis's clock, the one leases lapse by, is past `moment`."""
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        seconds, micros = await client.time()
+    finally:
+        await client.aclose()
+    return seconds + micros / 1e6 > moment
+
+
 @pytest.mark.redis
 async def test_redis_slots_of_a_crashed_replica_expire(redis_url: str) -> None:
     """A replica that dies without releasing stops renewing; its slots lapse after one lease."""
-    crashed, survivor = RedisLimiter(redis_url, 1, lease=3), RedisLimiter(redis_url, 1, lease=3)
+    crashed, survivor = RedisLimiter(redis_url, 1, lease=1), RedisLimiter(redis_url, 1, lease=1)
     try:
         await crashed.acquire("k")
         await crashed.close()  # the process is gone: no release, no renewal
         with pytest.raises(TooManyInFlight):
             await survivor.acquire("k")
-        await asyncio.sleep(3.5)
+        expiry = await lease_expiry(redis_url, "k")
+        await eventually(lambda: redis_passed(redis_url, expiry))
         slot = await survivor.acquire("k")
         await slot.release()
     finally:
@@ -189,10 +218,12 @@ async def test_redis_slots_of_a_crashed_replica_expire(redis_url: str) -> None:
 @pytest.mark.redis
 async def test_redis_leases_of_a_live_turn_are_renewed(redis_url: str) -> None:
     """A turn longer than the lease keeps its slot while its replica lives."""
-    holder, other = RedisLimiter(redis_url, 1, lease=2), RedisLimiter(redis_url, 1, lease=2)
+    holder, other = RedisLimiter(redis_url, 1, lease=1), RedisLimiter(redis_url, 1, lease=1)
     try:
         slot = await holder.acquire("k")
-        await asyncio.sleep(5)  # two and a half leases: only renewal keeps it
+        first = await lease_expiry(redis_url, "k")
+        # A whole lease past the first one's end, on Redis's clock: only renewal keeps the slot.
+        await eventually(lambda: redis_passed(redis_url, first + 1))
         with pytest.raises(TooManyInFlight):
             await other.acquire("k")
         await slot.release()
@@ -228,6 +259,7 @@ async def test_adapter_with_redis_caps_turns(redis_url: str) -> None:
     ) as server:
         turns = await fill(server, 1)
         assert (await server.rpc(ALICE_BOT, "SendMessage", send_params())).status_code == 429
+        # the fixture's gateway is the holding fake (RecordingGateway)
         server.gateway.hold.set()  # type: ignore[union-attr]
         await asyncio.gather(*turns)
         assert (await server.rpc(ALICE_BOT, "SendMessage", send_params())).status_code == 200

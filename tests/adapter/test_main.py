@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runtime.metrics import release
+from runtime.version import version
 from tests.adapter.conftest import (
     KEYS_SPEC,
     assertion_headers,
@@ -22,6 +22,7 @@ from tests.adapter.conftest import (
     fresh_schema,
     running,
 )
+from tests.processes import EventProcess
 
 DIST = "orrery-a2a-edge"
 
@@ -33,53 +34,34 @@ def adapter_env(**extra: str) -> dict[str, str]:
     return env
 
 
-async def start_adapter(env: dict[str, str]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "adapter",
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-
-
-async def next_event(process: asyncio.subprocess.Process, name: str) -> dict[str, Any]:
-    assert process.stderr is not None
-    while True:
-        line = await asyncio.wait_for(process.stderr.readline(), timeout=60)
-        assert line, f"adapter exited before logging {name!r}"
-        event = json.loads(line)
-        if event["event"] == name:
-            return event  # type: ignore[no-any-return]
+def start_adapter(env: dict[str, str]) -> EventProcess:
+    """`python -m adapter` with `env`; its JSON log events are collected as they come."""
+    return EventProcess([sys.executable, "-m", "adapter"], env)
 
 
 async def test_serves_logs_its_address_and_stops_on_sigterm() -> None:
     """Start on port 0, log `serving` with the real address, answer, exit 0 on SIGTERM."""
-    process = await start_adapter(adapter_env())
+    process = start_adapter(adapter_env())
     try:
-        serving = await next_event(process, "serving")
+        serving = process.wait_for("serving")
         host, port = serving["addr"].rsplit(":", 1)
         assert host == "127.0.0.1" and int(port) > 0
         async with httpx.AsyncClient(base_url=f"http://{serving['addr']}") as http:
             assert (await http.get("/healthz")).json() == {"status": "ok"}
             card = await http.get("/.well-known/agent-card.json")
             assert card.json()["name"] == "Orrery"
-        process.send_signal(signal.SIGTERM)
-        await next_event(process, "stopped")
-        assert await asyncio.wait_for(process.wait(), timeout=60) == 0
+        assert process.stop(signal.SIGTERM) == 0
+        process.wait_for("stopped")
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        process.kill()
 
 
 async def test_the_diagnostics_address_takes_probes_and_metrics_off_the_a2a_socket() -> None:
     """ORRERY_A2A_ADAPTER_DIAG_ADDR: /healthz, /readyz, /metrics answer there (on another address
     than 127.0.0.1, as a kubelet reaches a pod) and 404 on the A2A socket, which keeps the card."""
-    process = await start_adapter(adapter_env(ORRERY_A2A_ADAPTER_DIAG_ADDR="0.0.0.0:0"))
+    process = start_adapter(adapter_env(ORRERY_A2A_ADAPTER_DIAG_ADDR="0.0.0.0:0"))
     try:
-        serving = await next_event(process, "serving")
+        serving = process.wait_for("serving")
         diag_port = serving["diag"].rsplit(":", 1)[1]
         async with httpx.AsyncClient(base_url=f"http://127.0.0.2:{diag_port}") as http:
             assert (await http.get("/healthz")).json() == {"status": "ok"}
@@ -92,7 +74,7 @@ async def test_the_diagnostics_address_takes_probes_and_metrics_off_the_a2a_sock
             "limiter": "ok",
             "serving": "ok",
         }
-        assert f'orrery_a2a_build_info{{version="{release()}"}} 1.0' in metrics.text
+        assert f'orrery_a2a_build_info{{version="{version()}"}} 1.0' in metrics.text
         assert "process_cpu_seconds_total" in metrics.text
         assert "_created" not in metrics.text
         async with httpx.AsyncClient(base_url=f"http://{serving['addr']}") as http:
@@ -100,8 +82,7 @@ async def test_the_diagnostics_address_takes_probes_and_metrics_off_the_a2a_sock
                 assert (await http.get(path)).status_code == 404, path
             assert (await http.get("/.well-known/agent-card.json")).status_code == 200
     finally:
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), timeout=60) == 0
+        assert process.stop(signal.SIGTERM) == 0
 
 
 async def test_a_taken_diagnostics_address_is_a_startup_failure() -> None:
@@ -110,22 +91,21 @@ async def test_a_taken_diagnostics_address_is_a_startup_failure() -> None:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        process = await start_adapter(adapter_env(ORRERY_A2A_ADAPTER_DIAG_ADDR=f"127.0.0.1:{port}"))
-        failure = await next_event(process, "startup_failed")
+        process = start_adapter(adapter_env(ORRERY_A2A_ADAPTER_DIAG_ADDR=f"127.0.0.1:{port}"))
+        failure = process.wait_for("startup_failed")
         assert failure["variable"] == "ORRERY_A2A_ADAPTER_DIAG_ADDR"
         assert "Address already in use" in failure["error"]
-        assert await asyncio.wait_for(process.wait(), timeout=60) == 1
+        assert process.finish() == 1
 
 
 async def test_serving_is_logged_at_any_log_level() -> None:
     """With ORRERY_A2A_LOG_LEVEL=WARNING the start-up event still tells a supervisor it is ready."""
-    process = await start_adapter(adapter_env(ORRERY_A2A_LOG_LEVEL="WARNING"))
+    process = start_adapter(adapter_env(ORRERY_A2A_LOG_LEVEL="WARNING"))
     try:
-        serving = await next_event(process, "serving")
+        serving = process.wait_for("serving")
         assert serving["pid"] == process.pid
     finally:
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), timeout=60) == 0
+        assert process.stop(signal.SIGTERM) == 0
 
 
 @pytest.mark.postgres
@@ -133,7 +113,7 @@ async def test_serving_is_logged_at_any_log_level() -> None:
 async def test_multi_replica_starts_with_shared_stores(database_url: str, redis_url: str) -> None:
     """ORRERY_MULTI_REPLICA=true with PostgreSQL and Redis serves, and says so."""
     async with fresh_schema(database_url) as schema:
-        process = await start_adapter(
+        process = start_adapter(
             adapter_env(
                 ORRERY_MULTI_REPLICA="true",
                 DATABASE_URL=database_url,
@@ -142,31 +122,28 @@ async def test_multi_replica_starts_with_shared_stores(database_url: str, redis_
             )
         )
         try:
-            serving = await next_event(process, "serving")
+            serving = process.wait_for("serving")
             assert (serving["stores"], serving["limiter"]) == ("postgresql", "redis")
             async with httpx.AsyncClient(base_url=f"http://{serving['addr']}") as http:
                 assert (await http.get("/readyz")).json()["status"] == "ready"
         finally:
-            process.send_signal(signal.SIGTERM)
-            assert await asyncio.wait_for(process.wait(), timeout=60) == 0
+            assert process.stop(signal.SIGTERM) == 0
 
 
 async def test_sigint_also_stops_cleanly() -> None:
     """Ctrl-C (SIGINT) is a clean stop too."""
-    process = await start_adapter(adapter_env())
-    await next_event(process, "serving")
-    process.send_signal(signal.SIGINT)
-    assert await asyncio.wait_for(process.wait(), timeout=60) == 0
+    process = start_adapter(adapter_env())
+    process.wait_for("serving")
+    assert process.stop(signal.SIGINT) == 0
 
 
 async def test_bad_configuration_exits_2_naming_every_variable() -> None:
     """Every bad variable in one message on stderr, exit code 2, nothing served."""
     env = adapter_env(ORRERY_A2A_MAX_IN_FLIGHT="many", ORRERY_MULTI_REPLICA="true")
     del env["ORRERY_A2A_ASSERTION_KEYS"]
-    process = await start_adapter(env)
-    _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
-    assert process.returncode == 2
-    text = stderr.decode()
+    process = start_adapter(env)
+    assert process.finish() == 2
+    text = process.stderr
     for name in (
         "ORRERY_A2A_ASSERTION_KEYS",
         "ORRERY_A2A_MAX_IN_FLIGHT",
@@ -179,10 +156,9 @@ async def test_bad_configuration_exits_2_naming_every_variable() -> None:
 
 async def test_unloadable_gateway_exits_2() -> None:
     """ORRERY_A2A_GATEWAY naming a missing module stops start-up with exit code 2."""
-    process = await start_adapter(adapter_env(ORRERY_A2A_GATEWAY="no_such_module:create"))
-    _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
-    assert process.returncode == 2
-    assert b"ORRERY_A2A_GATEWAY" in stderr and b"Traceback" not in stderr
+    process = start_adapter(adapter_env(ORRERY_A2A_GATEWAY="no_such_module:create"))
+    assert process.finish() == 2
+    assert "ORRERY_A2A_GATEWAY" in process.stderr and "Traceback" not in process.stderr
 
 
 async def test_running_stream_ends_with_a_final_event_on_shutdown() -> None:
@@ -228,10 +204,9 @@ async def test_a_taken_address_is_one_startup_failed_event_naming_the_variable()
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         addr = f"127.0.0.1:{holder.getsockname()[1]}"
-        process = await start_adapter(adapter_env(ORRERY_A2A_ADAPTER_ADDR=addr))
-        _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
-    assert process.returncode == 1
-    (line,) = stderr.decode().splitlines()
+        process = start_adapter(adapter_env(ORRERY_A2A_ADAPTER_ADDR=addr))
+        assert process.finish() == 1
+    (line,) = process.stderr.splitlines()
     event = json.loads(line)
     assert (event["event"], event["level"], event["variable"], event["addr"]) == (
         "startup_failed",

@@ -11,8 +11,8 @@ from adapter.messages import MAX_CHARS, check_message
 from tests.adapter.conftest import Server, delegated
 
 
-def message(*parts: pb.Part, role: int = pb.ROLE_USER) -> pb.Message:
-    return pb.Message(message_id="m", role=role, parts=list(parts))  # type: ignore[arg-type]
+def message(*parts: pb.Part, role: pb.Role = pb.ROLE_USER) -> pb.Message:
+    return pb.Message(message_id="m", role=role, parts=list(parts))
 
 
 def data_part() -> pb.Part:

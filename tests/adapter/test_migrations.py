@@ -78,9 +78,7 @@ async def layout(connection: asyncpg.Connection, schema: str) -> set[tuple[str, 
 
 
 async def versions(connection: asyncpg.Connection, schema: str) -> list[int]:
-    rows = await connection.fetch(
-        f"SELECT version FROM {schema}.schema_version ORDER BY version"  # noqa: S608
-    )
+    rows = await connection.fetch(f"SELECT version FROM {schema}.schema_version ORDER BY version")
     return [row["version"] for row in rows]
 
 
@@ -183,7 +181,7 @@ async def test_a_schema_newer_than_the_code_is_used_and_logged(
     async with fresh_schema(database_url) as schema:
         await migrate(connection, schema)
         await connection.execute(
-            f"INSERT INTO {schema}.schema_version (version, name) VALUES ($1, 'next')",  # noqa: S608
+            f"INSERT INTO {schema}.schema_version (version, name) VALUES ($1, 'next')",
             latest() + 1,
         )
         caplog.set_level(logging.INFO, logger="adapter.migrations")
@@ -202,7 +200,7 @@ async def _old_rows(connection: asyncpg.Connection, schema: str) -> None:
         columns += ", version"  # NOT NULL without a default in that layout
     values = ", ".join(f"${n}" for n in range(1, columns.count(",") + 2))
     await connection.execute(
-        f"INSERT INTO {schema}.tasks ({columns}) VALUES ({values})",  # noqa: S608
+        f"INSERT INTO {schema}.tasks ({columns}) VALUES ({values})",
         *(OLD_TASK.id, owner_of(ALICE), OLD_TASK.context_id, OLD_TASK.status.state, True),
         OLD_TASK.status.timestamp.ToNanoseconds(),
         OLD_TASK.SerializeToString(),
@@ -212,5 +210,5 @@ async def _old_rows(connection: asyncpg.Connection, schema: str) -> None:
         f"""INSERT INTO {schema}.approvals (action_id, owner, subject, session_id, task_id, tool,
                 args, level, status, created_at, expires_at)
             VALUES ('old-action', 'k1', 'alice', 's', 't', 'restart_service', '{{}}', 'L3',
-                    'pending', extract(epoch FROM now()), extract(epoch FROM now()) + 600)"""  # noqa: S608
+                    'pending', extract(epoch FROM now()), extract(epoch FROM now()) + 600)"""
     )

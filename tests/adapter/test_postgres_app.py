@@ -20,6 +20,8 @@ from tests.adapter.conftest import (
     status_data,
     text_message,
 )
+from tests.metrics import metric
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.postgres
 
@@ -151,7 +153,11 @@ async def test_cancel_on_another_replica_stops_the_running_turn(env: dict[str, s
             cancelled = await client.cancel_task(pb.CancelTaskRequest(id=started.id))
         assert cancelled.status.state == pb.TASK_STATE_CANCELED
         one.gateway.hold.set()  # the turn on replica one notices the cancel at its next write
-        await asyncio.sleep(1.0)
+
+        async def turn_ended() -> bool:
+            return await metric(f"{one.base}/metrics", "orrery_a2a_turns_in_flight") == 0
+
+        await eventually(turn_ended)
         async with one.client(ALICE_BOT) as client:
             final = await client.get_task(pb.GetTaskRequest(id=started.id))
         assert final.status.state == pb.TASK_STATE_CANCELED

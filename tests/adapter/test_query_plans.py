@@ -159,15 +159,15 @@ async def test_the_counts_follow_every_write(recorded: tuple[PostgresStores, lis
         )
     schema = stores.tasks._t.split(".")[0]
     await stores.pool.execute(
-        f"UPDATE {schema}.tasks SET updated_at = now() - interval '2 hours' WHERE ts_ns = $1",  # noqa: S608
+        f"UPDATE {schema}.tasks SET updated_at = now() - interval '2 hours' WHERE ts_ns = $1",
         40 * 10**9,
     )
     await stores.sweep()
     counted = await stores.pool.fetch(
-        f"SELECT owner, state, n FROM {schema}.task_counts ORDER BY 1, 2"  # noqa: S608
+        f"SELECT owner, state, n FROM {schema}.task_counts ORDER BY 1, 2"
     )
     real = await stores.pool.fetch(
-        f"SELECT owner, state, count(*) AS n FROM {schema}.tasks GROUP BY 1, 2 ORDER BY 1, 2"  # noqa: S608
+        f"SELECT owner, state, count(*) AS n FROM {schema}.tasks GROUP BY 1, 2 ORDER BY 1, 2"
     )
     assert [tuple(row) for row in counted] == [tuple(row) for row in real]
     assert await stores.tasks.count() == sum(row["n"] for row in real) == 3

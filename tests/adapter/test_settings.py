@@ -93,7 +93,7 @@ def test_the_diagnostics_address_is_opt_in_and_never_the_a2a_address() -> None:
     """ORRERY_A2A_ADAPTER_DIAG_ADDR parses as an address; the A2A address itself is refused."""
     base = {"ORRERY_A2A_ASSERTION_KEYS": KEYS_SPEC, "ORRERY_A2A_ADAPTER_ADDR": "0.0.0.0:8081"}
     settings = AdapterSettings.from_env({**base, "ORRERY_A2A_ADAPTER_DIAG_ADDR": "0.0.0.0:9193"})
-    assert settings.diag_addr == ("0.0.0.0", 9193)  # noqa: S104
+    assert settings.diag_addr == ("0.0.0.0", 9193)
     for bad in ("0.0.0.0:8081", "9193"):
         with pytest.raises(ConfigError, match="ORRERY_A2A_ADAPTER_DIAG_ADDR"):
             AdapterSettings.from_env({**base, "ORRERY_A2A_ADAPTER_DIAG_ADDR": bad})

@@ -30,7 +30,7 @@ BOB = ServerCallContext(user=PrincipalUser(delegated("bot", "bob")))
 def task(
     seconds: int,
     context_id: str = "ctx",
-    state: int = pb.TASK_STATE_COMPLETED,
+    state: pb.TaskState = pb.TASK_STATE_COMPLETED,
     task_id: str | None = None,
 ) -> pb.Task:
     stamp = timestamp_pb2.Timestamp(seconds=seconds)
@@ -38,7 +38,7 @@ def task(
         id=task_id or uuid.uuid4().hex,
         context_id=context_id,
         status=pb.TaskStatus(state=state, timestamp=stamp),
-    )  # type: ignore[arg-type]
+    )
 
 
 class Unversioned:
@@ -65,6 +65,13 @@ class Unversioned:
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         await self.store.delete(task_id, context)
+
+
+async def status_of(confirmations: ConfirmationStore, action_id: str) -> str:
+    """The status alice (the delegating human) sees for `action_id`, which must exist."""
+    entry = await confirmations.get(action_id, subject="alice")
+    assert entry is not None
+    return entry.status
 
 
 @pytest.fixture(params=["memory", "postgres"])
@@ -231,7 +238,7 @@ async def _confirmation_rules(stores: PostgresStores, now: list[float]) -> None:
     late = await store.propose(dataclasses.replace(PROPOSAL, task_id="t2"))
     now[0] += 61
     assert await store.decide(late.action_id, subject="alice", decision="approve") == "expired"
-    assert (await store.get(late.action_id, subject="alice")).status == "expired"
+    assert await status_of(store, late.action_id) == "expired"
 
 
 @pytest.fixture
@@ -256,7 +263,7 @@ async def test_withdrawn_action_can_be_neither_decided_nor_run(
         await confirmations.consume(entry.action_id, owner="k1", digest=PROPOSAL.digest)
         == "withdrawn"
     )
-    assert (await confirmations.get(entry.action_id, subject="alice")).status == "withdrawn"
+    assert await status_of(confirmations, entry.action_id) == "withdrawn"
 
 
 async def test_an_approved_action_withdrawn_never_runs(confirmations: ConfirmationStore) -> None:
@@ -290,7 +297,7 @@ async def test_a_settled_action_is_not_rewritten_by_withdraw(
     await confirmations.consume(consumed.action_id, owner="k1", digest=PROPOSAL.digest)
     for entry, status in ((denied, "denied"), (consumed, "consumed")):
         await confirmations.withdraw(entry.action_id, owner="k1")
-        assert (await confirmations.get(entry.action_id, subject="alice")).status == status
+        assert await status_of(confirmations, entry.action_id) == status
 
 
 async def test_pending_counts_only_undecided_unexpired_actions(
@@ -330,7 +337,8 @@ async def test_postgres_sweep_drops_idle_tasks_and_settled_approvals(database_ur
             tasks = Unversioned(stores.tasks)
             await tasks.save(idle, ALICE)
             await stores.pool.execute(
-                f"UPDATE {schema}.tasks SET updated_at = now() - interval '2 hours'"  # noqa: S608
+                # S608: the schema is the test's own fresh one; no value is interpolated
+                f"UPDATE {schema}.tasks SET updated_at = now() - interval '2 hours'"
             )
             await tasks.save(fresh, ALICE)
             entry = await stores.confirmations.propose(PROPOSAL)
@@ -403,7 +411,7 @@ async def test_the_gate_lets_only_the_approved_action_run(confirmations: Confirm
     await confirmations.decide(entry.action_id, subject="alice", decision="approve")
     other = action_digest("restart_service", {"service": "another"})
     assert await confirmations.consume(entry.action_id, owner="k1", digest=other) == "mismatch"
-    assert (await confirmations.get(entry.action_id, subject="alice")).status == "approved"
+    assert await status_of(confirmations, entry.action_id) == "approved"
     approved = PROPOSAL.digest
     assert await confirmations.consume(entry.action_id, owner="k1", digest=approved) == "approved"
     assert await confirmations.consume(entry.action_id, owner="k1", digest=approved) == "consumed"

@@ -15,7 +15,7 @@ import json
 import secrets
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 from aiohttp import web
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from envoy.service.auth.v3 import external_auth_pb2_grpc
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest, CheckResponse
@@ -35,6 +35,7 @@ from contract.assertion import Assertion, AssertionKeys, new_keys_spec, verify
 from contract.headers import PRINCIPAL_HEADER
 from contract.identity import Surface
 from contract.jose import b64url_encode
+from tests.keys import private_key
 
 ISSUER = "https://issuer.test"
 AUDIENCE = "orrery-a2a"
@@ -56,16 +57,7 @@ class SigningKey:
 
     @classmethod
     def generate(cls, alg: str, kid: str | None = None) -> SigningKey:
-        kid = kid or f"{alg.lower()}-{secrets.token_hex(4)}"
-        if alg in ("RS256", "PS256"):
-            return cls(kid, alg, rsa.generate_private_key(public_exponent=65537, key_size=2048))
-        if alg == "ES256":
-            return cls(kid, alg, ec.generate_private_key(ec.SECP256R1()))
-        if alg == "ES384":
-            return cls(kid, alg, ec.generate_private_key(ec.SECP384R1()))
-        if alg == "EdDSA":
-            return cls(kid, alg, ed25519.Ed25519PrivateKey.generate())
-        raise ValueError(alg)
+        return cls(kid or f"{alg.lower()}-{secrets.token_hex(4)}", alg, private_key(alg))
 
     def jwk(self, **extra: Any) -> dict[str, Any]:
         public = self.private.public_key()
@@ -96,16 +88,16 @@ class SigningKey:
     def sign(self, data: bytes) -> bytes:
         alg, key = self.alg, self.private
         if alg.startswith("RS"):
-            return key.sign(data, padding.PKCS1v15(), hashes.SHA256())  # type: ignore[no-any-return]
+            return bytes(key.sign(data, padding.PKCS1v15(), hashes.SHA256()))
         if alg.startswith("PS"):
             pss = padding.PSS(mgf=padding.MGF1(hashes.SHA256()), salt_length=32)
-            return key.sign(data, pss, hashes.SHA256())  # type: ignore[no-any-return]
+            return bytes(key.sign(data, pss, hashes.SHA256()))
         if alg.startswith("ES"):
             digest = hashes.SHA256() if alg == "ES256" else hashes.SHA384()
             r, s = decode_dss_signature(key.sign(data, ec.ECDSA(digest)))
             size = (key.curve.key_size + 7) // 8
             return r.to_bytes(size, "big") + s.to_bytes(size, "big")
-        return key.sign(data)  # type: ignore[no-any-return]
+        return bytes(key.sign(data))
 
 
 @dataclass
@@ -285,12 +277,16 @@ class RunningAuthz:
 
 
 @contextlib.asynccontextmanager
-async def running_authz(env: Mapping[str, str]) -> AsyncIterator[RunningAuthz]:
+async def running_authz(
+    env: Mapping[str, str], *, clock: Callable[[], float] = time.monotonic
+) -> AsyncIterator[RunningAuthz]:
+    """authz in this event loop; `clock` times its key cooldowns and local limits."""
     settings = AuthzSettings.from_env(env)
     stop = asyncio.Event()
     ready: asyncio.Future[Bound] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(serve(settings, stop, ready.set_result))
-    done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+    task = asyncio.create_task(serve(settings, stop, ready.set_result, clock=clock))
+    started: set[asyncio.Future[Any]] = {task, ready}
+    done, _ = await asyncio.wait(started, return_when=asyncio.FIRST_COMPLETED)
     if task in done:
         task.result()  # raises the start-up error
     bound = ready.result()
@@ -367,15 +363,6 @@ class RedisProxy:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-
-
-async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
-    """Poll `condition` until it holds (generous timeout: the machine is shared)."""
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 @dataclass(frozen=True)

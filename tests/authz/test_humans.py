@@ -8,7 +8,7 @@ agent's client, by client credentials or impersonation, or for both audiences), 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -23,7 +23,15 @@ from tests.authz.support import (
     denied,
 )
 
-APPROVALS = {"surface": "approvals", "path": "/approvals/an-action-id"}
+
+class Route(TypedDict):
+    """Where a Check comes from: Envoy's route label and the request path."""
+
+    surface: str
+    path: str
+
+
+APPROVALS: Route = {"surface": "approvals", "path": "/approvals/an-action-id"}
 
 
 def person(**overrides: Any) -> dict[str, Any]:

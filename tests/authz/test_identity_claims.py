@@ -159,9 +159,9 @@ async def test_a_surrogate_identity_never_reaches_redis_or_the_log(
             allowed = await authz.check(token=issuer.token(sub="\U0001f600"))
     assert (refusal.status, refusal.reason) == (401, "token_invalid")
     assert "x-orrery-principal" in ok_headers(allowed)
-    client = redis.Redis.from_url(redis_url)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        keys = [key.decode() for key in client.keys(REDIS_PREFIX + "*")]
+        keys = [str(key) for key in client.keys(REDIS_PREFIX + "*")]
     finally:
         client.close()
     assert len(keys) == 1 and keys[0].endswith("%F0%9F%98%80")

@@ -21,14 +21,16 @@ from tests.authz.support import (
     b64int,
     base_env,
     denied,
-    eventually,
     ok_headers,
     running_authz,
 )
 from tests.base64url import respell
+from tests.clocks import FakeClock
+from tests.metrics import metric
+from tests.waiting import eventually
 
-SERVING = health_pb2.HealthCheckResponse.SERVING
-NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+SERVING: int = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING: int = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 @pytest.fixture
@@ -44,7 +46,7 @@ def url_env(server: JwksServer, **overrides: str) -> dict[str, str]:
 
 
 async def is_allowed(authz: RunningAuthz, token: str) -> bool:
-    return (await authz.check(token=token)).status.code == 0
+    return bool((await authz.check(token=token)).status.code == 0)
 
 
 async def test_keys_load_from_url_and_health_is_serving(
@@ -62,9 +64,9 @@ async def test_rotation_new_kid_is_fetched_on_demand(
     jwks_server: JwksServer, issuer: Issuer
 ) -> None:
     """A token signed by a newly published key verifies after one refetch."""
-    env = url_env(jwks_server, ORRERY_A2A_JWKS_COOLDOWN="1s")
-    async with running_authz(env) as authz:
-        await asyncio.sleep(1.1)  # the cooldown since the start-up load is over
+    env, clock = url_env(jwks_server, ORRERY_A2A_JWKS_COOLDOWN="1s"), FakeClock()
+    async with running_authz(env, clock=clock) as authz:
+        clock.advance(1.1)  # the cooldown since the start-up load is over
         fresh = SigningKey.generate("ES256", kid="rotated-in")
         jwks_server.document = {"keys": [*issuer.jwks()["keys"], fresh.jwk()]}
         before = jwks_server.fetches
@@ -76,8 +78,9 @@ async def test_unknown_kid_flood_does_not_fetch_per_request(
     jwks_server: JwksServer, issuer: Issuer
 ) -> None:
     """200 concurrent tokens with random kids share one fetch once the cooldown has passed."""
-    async with running_authz(url_env(jwks_server, ORRERY_A2A_JWKS_COOLDOWN="2s")) as authz:
-        await asyncio.sleep(2.1)  # the cooldown since the start-up load is over
+    env, clock = url_env(jwks_server, ORRERY_A2A_JWKS_COOLDOWN="2s"), FakeClock()
+    async with running_authz(env, clock=clock) as authz:
+        clock.advance(2.1)  # the cooldown since the start-up load is over
         before = jwks_server.fetches
         strangers = [SigningKey(f"random-{i}", "ES256", issuer.key.private) for i in range(200)]
         results = await asyncio.gather(
@@ -103,10 +106,10 @@ async def test_unknown_kid_refetch_waits_for_the_cooldown(
 
 async def test_unknown_kid_is_negatively_cached(jwks_server: JwksServer, issuer: Issuer) -> None:
     """The same unknown kid again does not refetch, even when the cooldown has passed."""
-    env = url_env(jwks_server, ORRERY_A2A_JWKS_COOLDOWN="2s")
-    async with running_authz(env) as authz:
+    env, clock = url_env(jwks_server, ORRERY_A2A_JWKS_COOLDOWN="2s"), FakeClock()
+    async with running_authz(env, clock=clock) as authz:
         stranger = SigningKey("ghost", "ES256", issuer.key.private)
-        await asyncio.sleep(2.1)
+        clock.advance(2.1)
         before = jwks_server.fetches
         await authz.check(token=issuer.token(key=stranger))
         assert jwks_server.fetches == before + 1
@@ -256,7 +259,12 @@ async def test_broken_jwks_file_keeps_the_last_good_keys(issuer: Issuer, tmp_pat
     env = {**base_env(jwks_file=path), "ORRERY_A2A_JWKS_REFRESH": "50ms"}
     async with running_authz(env) as authz:
         path.write_text('{"keys": [')
-        await asyncio.sleep(0.3)
+
+        async def failed_to_load() -> bool:
+            url = f"http://{authz.bound.diag}/metrics"
+            return await metric(url, "orrery_authz_jwks_refresh_total", outcome="error") >= 1
+
+        await eventually(failed_to_load)
         assert "x-orrery-principal" in ok_headers(await authz.check(token=issuer.token()))
         assert await authz.health_status() == SERVING
 
@@ -265,6 +273,7 @@ async def test_broken_jwks_file_keeps_the_last_good_keys(issuer: Issuer, tmp_pat
 
 
 def small_rsa_jwk() -> dict[str, Any]:
+    # S505: a key too small on purpose: the parser must refuse it
     private = rsa.generate_private_key(public_exponent=65537, key_size=1024)  # noqa: S505
     public = private.public_key().public_numbers()
     return {"kid": "small", "kty": "RSA", "n": b64int(public.n), "e": b64int(public.e)}

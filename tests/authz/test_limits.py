@@ -26,13 +26,13 @@ from tests.authz.support import (
     RunningAuthz,
     base_env,
     denied,
-    eventually,
     fetch,
     ok_headers,
     running_authz,
 )
 from tests.conftest import services_required
 from tests.metrics import metric
+from tests.waiting import eventually
 
 
 def limit_settings(rate: int = 3, period: int = 60, **overrides: object) -> RateLimitSettings:
@@ -47,6 +47,7 @@ def limit_settings(rate: int = 3, period: int = 60, **overrides: object) -> Rate
         "failure_mode": "local",
     }
     values.update(overrides)
+    # the overrides are the settings' own fields, of their own types
     return RateLimitSettings(**values)  # type: ignore[arg-type]
 
 

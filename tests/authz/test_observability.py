@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from runtime import logs
-from runtime.metrics import release
+from runtime.version import version
 from tests.authz.support import Issuer, RunningAuthz, SigningKey, fetch
 
 
@@ -97,7 +97,7 @@ async def test_metrics_are_exposed(authz: RunningAuthz, issuer: Issuer) -> None:
     assert "orrery_authz_jwks_keys 4.0" in body
     assert "orrery_authz_jwks_usable 1.0" in body
     assert "orrery_authz_ratelimit_redis_up" not in body
-    assert f'orrery_authz_build_info{{version="{release()}"}} 1.0' in body
+    assert f'orrery_authz_build_info{{version="{version()}"}} 1.0' in body
     assert "process_resident_memory_bytes " in body
     assert "_created" not in body
 

@@ -31,11 +31,11 @@ from tests.authz.support import (
     SigningKey,
     base_env,
     denied,
-    eventually,
     ok_headers,
     running_authz,
 )
 from tests.metrics import metric
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -110,7 +110,7 @@ async def test_a_key_rotated_in_makes_a_remembered_token_good(
 
         async def accepted() -> bool:
             response = await authz.check(token=token)
-            return response.status.code == 0
+            return bool(response.status.code == 0)
 
         await eventually(accepted)
         assert "x-orrery-principal" in ok_headers(await authz.check(token=token))

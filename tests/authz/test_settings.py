@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from authz.settings import AuthzSettings, parse_algorithms, parse_rate
+from authz.settings import AuthzSettings, parse_algorithms
 from contract.assertion import new_keys_spec
 from contract.identity import parse_role_autonomy
+from runtime.env import parse_rate
 from runtime.errors import ConfigError
 
 

@@ -337,7 +337,7 @@ async def test_non_integer_iat_and_nbf_are_refused(
     authz: RunningAuthz, issuer: Issuer, name: str
 ) -> None:
     """iat/nbf are optional, but when present they must be integers."""
-    token = issuer.token(**{name: str(int(time.time()))})
+    token = issuer.token(issuer.claims(**{name: str(int(time.time()))}))
     assert await refused(authz, token) == f"token {name} is missing or not an integer"
 
 

@@ -358,6 +358,7 @@ def test_request_id_with_json_metacharacters_round_trips() -> None:
 def test_non_integer_time_cannot_be_signed() -> None:
     """Times are formatted as integers; a float is a programming error, not a claim."""
     with pytest.raises(ValueError):
+        # on purpose: the wrong type is what this test passes
         sign(KEYS, DELEGATED, surface="a2a", request_id="r", token_expires_at=1, now=1.5)  # type: ignore[arg-type]
 
 

@@ -64,7 +64,7 @@ def metric_names(expr: str) -> set[str]:
 
 
 def _family_names(registry: CollectorRegistry) -> set[str]:
-    names = set()
+    names: set[str] = set()
     for family in registry.collect():
         suffixes = _SUFFIXES.get(family.type, ("",))
         names.update(family.name + suffix for suffix in suffixes)

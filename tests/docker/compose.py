@@ -271,7 +271,7 @@ def _port(where: str, text: Any) -> Port:
     if not match:
         raise ComposeError(f"{where}: only [HOST_IP:]HOST_PORT:CONTAINER_PORT is supported")
     return Port(
-        host_ip=(match["host_ip"] or "0.0.0.0").strip("[]"),  # noqa: S104 (Compose's default)
+        host_ip=(match["host_ip"] or "0.0.0.0").strip("[]"),
         host_port=int(match["host"]),
         container_port=int(match["container"]),
     )

@@ -88,7 +88,7 @@ class RunningPod:
     def container(self, name: str) -> dict[str, Any]:
         every = [*self.spec["initContainers"], *self.spec["containers"]]
         (found,) = [item for item in every if item["name"] == name]
-        return found
+        return dict(found)
 
     def url(self, port: int, scheme: str = "http") -> str:
         return f"{scheme}://127.0.0.1:{self.ports[port]}"

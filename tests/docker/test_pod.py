@@ -51,7 +51,7 @@ def test_members_share_loopback_and_the_host_reaches_published_ports(
     ) as pod:
         pod.run("inner", image, command=[*SERVE, "--bind", "127.0.0.1", "9000"])
         # Inside the pod's namespace; only the holder's published port leads here.
-        pod.run("outer", image, command=[*SERVE, "--bind", "0.0.0.0", "8000"])  # noqa: S104
+        pod.run("outer", image, command=[*SERVE, "--bind", "0.0.0.0", "8000"])
         client = pod.run("client", image, command=["sleep", "infinity"])
         _wait_for(lambda: _fetch(client, "http://127.0.0.1:9000/hostname") == 0)
         _wait_for(lambda: _answers(pod.url(8000)))

@@ -129,6 +129,7 @@ def header(name: str, value: str) -> base_pb2.HeaderValueOption:
     )
 
 
+# the generated servicer base is untyped (Any)
 class _Servicer(auth_grpc.AuthorizationServicer):  # type: ignore[misc]
     def __init__(self, state: FakeAuthz) -> None:
         self.state = state

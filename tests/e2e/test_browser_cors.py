@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import pytest
 from aiohttp import web
@@ -69,7 +69,7 @@ async def _page(_: web.Request) -> web.Response:
     return web.Response(text=PAGE, content_type="text/html")
 
 
-async def _serve(sock: socket.socket) -> AsyncIterator[str]:
+async def _serve(sock: socket.socket) -> AsyncGenerator[str, None]:
     """Serve PAGE on a duplicate of `sock` (aiohttp closes what it is given; the origin's port
     stays bound for the next test)."""
     app = web.Application()
@@ -121,8 +121,10 @@ async def test_a_page_from_an_allowed_origin_calls_the_edge_with_a_bearer_token(
     result = await _console(browser, allowed_url, tuned_edge)
     card, call, refusal = result["card"], result["call"], result["refusal"]
     assert card["status"] == 200
+    # the page's JSON, typed `object` until the assertions below read it
     assert card["card"]["supportedInterfaces"][0]["url"] == f"{tuned_edge.edge.url}/a2a"  # type: ignore[index]
     assert call["status"] == 200
+    # as above: the page's JSON, typed `object`
     assert "result" in call["body"]  # type: ignore[operator]
     await tuned_edge.edge.event("adapter", "a2a_request", request_id=call["requestId"])
     assert refusal["status"] == 401

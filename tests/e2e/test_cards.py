@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
+from typing import Any
 
 import httpx
 import jwt
@@ -113,7 +114,9 @@ async def test_the_sdk_client_refuses_a_card_signed_by_another_key(edge: Edge) -
         other = JWKRegistry.generate_key("EC", "P-256").as_dict(private=False)
         for trusted, accepted in ((published, True), ({**other, "kid": published["kid"]}, False)):
 
-            def key_provider(kid: str | None, jku: str | None, jwk: dict = trusted) -> jwt.PyJWK:
+            def key_provider(
+                kid: str | None, jku: str | None, jwk: dict[str, Any] = trusted
+            ) -> jwt.PyJWK:
                 return jwt.PyJWK(jwk)
 
             factory = ClientFactory(ClientConfig(httpx_client=http))

@@ -39,10 +39,15 @@ from tests.e2e.conftest import (
     raw_request,
 )
 
-# envoy-data-plane's generated models trip a pydantic deprecation on import; not ours to fix.
-_QUIET = ("ignore", "Using `@model_validator`", DeprecationWarning)
+
+def _quiet() -> None:
+    """envoy-data-plane's generated models trip a pydantic deprecation on import; not ours to
+    fix, and pytest turns warnings into errors."""
+    warnings.filterwarnings("ignore", "Using `@model_validator`", DeprecationWarning)
+
+
 with warnings.catch_warnings():
-    warnings.filterwarnings(*_QUIET)
+    _quiet()
     from envoy_data_plane.envoy.config.bootstrap.v3 import Bootstrap
     from envoy_data_plane.envoy.config.core.v3 import (
         ApiVersion,
@@ -57,7 +62,7 @@ with warnings.catch_warnings():
     )
     from envoy_data_plane.envoy.type.v3 import StatusCode
 
-ANY_ADDRESS = "0.0.0.0"  # noqa: S104 (what compose binds; the unspecified address)
+ANY_ADDRESS = "0.0.0.0"
 SOURCE = "127.0.0.2"  # a client address of its own (Envoy's per-address budget)
 EXT_AUTHZ = "envoy.filters.http.ext_authz"
 HEADER_MUTATION = "envoy.filters.http.header_mutation"
@@ -83,7 +88,7 @@ def _import_types(node: Any) -> None:
         if isinstance(type_url, str):
             package = type_url.rsplit("/", 1)[-1].rsplit(".", 1)[0]
             with warnings.catch_warnings():
-                warnings.filterwarnings(*_QUIET)
+                _quiet()
                 importlib.import_module(f"envoy_data_plane.{package}")
         for value in node.values():
             _import_types(value)
@@ -399,7 +404,8 @@ def test_timeouts_bound_requests_but_keep_sse_streams_alive(
         assert action.timeout == datetime.timedelta(0), name  # 0 = no deadline for SSE
         assert action.idle_timeout is not None and action.idle_timeout > datetime.timedelta(0)
         assert action.max_stream_duration is not None
-        assert action.max_stream_duration.max_stream_duration >= datetime.timedelta(minutes=10)
+        longest = action.max_stream_duration.max_stream_duration
+        assert longest is not None and longest >= datetime.timedelta(minutes=10)
     for name in ("agent_card", "approvals"):
         action = routes[name].route
         assert action is not None and action.timeout is not None
@@ -604,7 +610,7 @@ def test_a_known_paths_other_methods_are_405_with_allow(routes: dict[str, Route]
         assert route.direct_response is not None and route.direct_response.status == 405
         added = {h.header.key: h.header.value for h in route.response_headers_to_add}
         assert added["allow"] == allow
-        assert json.loads(route.direct_response.body.inline_string)["error"] == (
+        assert json.loads(str(route.direct_response.body.inline_string))["error"] == (
             "method_not_allowed"
         )
         assert _per_route(route, EXT_AUTHZ).disabled is True

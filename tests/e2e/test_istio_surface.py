@@ -140,6 +140,7 @@ async def test_no_spelling_of_a_path_chooses_a_surface(
 ) -> None:
     """Whatever the sidecar normalised, a non-canonical path is refused by authz (403
     forbidden) or by Envoy (400) — never served, whichever token comes with it."""
+    # `kind` comes from the parametrize list: two of the TokenKind literals
     status, body = await _post(mesh_edge, path, mesh_edge.token(kind))  # type: ignore[arg-type]
     assert status in (400, 403), (path, status, body)
     if status == 403:

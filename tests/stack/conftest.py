@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from aiohttp import web
+
+from tests.processes import EventProcess
 
 EPHEMERAL = [
     "--listen=127.0.0.1:0",
@@ -60,56 +59,35 @@ def cli_argv(*args: str) -> list[str]:
 
 @dataclass
 class LocalStackRun:
-    """One `orrery-a2a up` process and what it printed."""
+    """One `orrery-a2a up` process and what it printed (stdout and stderr, in order)."""
 
-    process: subprocess.Popen[str]
+    run: EventProcess
     state_dir: Path
-    lines: list[str] = field(default_factory=list)
-    _queue: queue.Queue[str | None] = field(default_factory=queue.Queue)
 
     @classmethod
     def start(cls, state_dir: Path, extra_env: Mapping[str, str] | None = None) -> LocalStackRun:
         env = {**os.environ, **(extra_env or {})}
         env.pop("ORRERY_A2A_STATE_DIR", None)
-        process = subprocess.Popen(
-            cli_argv("up", f"--state-dir={state_dir}", *EPHEMERAL),
-            env=env,
-            cwd=state_dir.parent,  # anywhere: `up` needs nothing from the working directory
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        run = cls(process, state_dir)
-        threading.Thread(target=run._pump, daemon=True).start()
-        return run
+        argv = cli_argv("up", f"--state-dir={state_dir}", *EPHEMERAL)
+        # cwd: anywhere; `up` needs nothing from the working directory
+        return cls(EventProcess(argv, env, cwd=state_dir.parent, merge_stdout=True), state_dir)
 
-    def _pump(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self._queue.put(line.rstrip("\n"))
-        self._queue.put(None)
+    @property
+    def process(self) -> subprocess.Popen[str]:
+        return self.run.proc
+
+    @property
+    def lines(self) -> list[str]:
+        """What `up` printed so far, a line each."""
+        return [line.rstrip("\n") for line in self.run.lines]
 
     def wait_for(self, pattern: str, timeout: float = START_TIMEOUT) -> str | None:
-        """The first new line matching `pattern`, or None when the output ends first."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self._queue.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            if line is None:
-                return None
-            self.lines.append(line)
-            if re.search(pattern, line):
-                return line
-        raise AssertionError(f"no line matching {pattern!r} in time; got: {self.lines}")
+        """The first line matching `pattern`, or None when the output ends first."""
+        return self.run.wait_for_line(pattern, timeout)
 
     def finish(self, timeout: float = 60.0) -> int:
         """Wait for `up` to exit (reading the rest of its output); return its exit code."""
-        code = self.process.wait(timeout=timeout)
-        while (line := self._queue.get(timeout=10)) is not None:
-            self.lines.append(line)
-        return code
+        return self.run.finish(timeout)
 
     def stop(self) -> int:
         if self.process.poll() is None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from runtime.checks import read_report, report
-from stack import cli
+from stack import cli, envoy_config
 
 CLEAN = {
     name: value
@@ -96,7 +96,7 @@ def test_an_envoy_bootstrap_envoy_rejects_is_a_problem(
     state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The rendered bootstrap goes through `envoy --mode validate`: what Envoy refuses is named."""
-    source = Path(cli.envoy_config.repo_config_path()).read_text()
+    source = Path(envoy_config.repo_config_path()).read_text()
     broken = tmp_path / "envoy.yaml"
     broken.write_text(
         source.replace("drain_timeout: 5s", "drain_timeout: 5s\n                no_such_field: 1")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import pytest
 from a2a.types import a2a_pb2 as pb
@@ -14,19 +14,19 @@ from tests.stack.conftest import serving
 
 
 def _task(
-    state: int, *, parts: list[pb.Part] | None = None, artifact: str | None = None
+    state: pb.TaskState, *, parts: list[pb.Part] | None = None, artifact: str | None = None
 ) -> pb.StreamResponse:
     task = pb.Task(
         id="task-1",
         context_id="ctx-1",
-        status=pb.TaskStatus(state=state, message=pb.Message(parts=parts or [])),  # type: ignore[arg-type]
+        status=pb.TaskStatus(state=state, message=pb.Message(parts=parts or [])),
     )
     if artifact is not None:
         task.artifacts.append(pb.Artifact(artifact_id="a", parts=[pb.Part(text=artifact)]))
     return pb.StreamResponse(task=task)
 
 
-def _data(value: dict[str, object]) -> pb.Part:
+def _data(value: Mapping[str, object]) -> pb.Part:
     data = struct_pb2.Value()
     data.struct_value.update(value)
     return pb.Part(data=data)
@@ -86,7 +86,7 @@ def test_an_action_id_starting_with_a_dash_is_passed_after_double_dash() -> None
         (pb.TASK_STATE_CANCELED, "was canceled"),
     ],
 )
-def test_a_failed_task_is_an_error_with_its_reason(state: int, words: str) -> None:
+def test_a_failed_task_is_an_error_with_its_reason(state: pb.TaskState, words: str) -> None:
     """Terminal failures exit 1 and say why on stderr."""
     reply = render(_task(state, parts=[pb.Part(text="guarded action refused")]))
     assert reply.exit_code == 1

@@ -32,15 +32,15 @@ def test_render_replaces_only_the_named_sockets() -> None:
     source = envoy_config.load(SOURCE)
     rendered = envoy_config.render(
         source,
-        listen=("0.0.0.0", 18080),  # noqa: S104
-        diag=("0.0.0.0", 19902),  # noqa: S104
+        listen=("0.0.0.0", 18080),
+        diag=("0.0.0.0", 19902),
         admin=("127.0.0.1", 19901),
         authz=("127.0.0.1", 19191),
         adapter=("127.0.0.1", 18081),
     )
     assert [(s["address"], s["port_value"]) for s in _sockets(rendered)] == [
-        ("0.0.0.0", 18080),  # noqa: S104
-        ("0.0.0.0", 19902),  # noqa: S104
+        ("0.0.0.0", 18080),
+        ("0.0.0.0", 19902),
         ("127.0.0.1", 19901),
         ("127.0.0.1", 19901),
         ("127.0.0.1", 19191),
@@ -69,7 +69,7 @@ def test_several_upstream_addresses_become_one_endpoint_each() -> None:
 def test_unset_sockets_keep_the_files_values() -> None:
     """Rendering only the listener leaves admin and clusters as the file has them."""
     source = envoy_config.load(SOURCE)
-    rendered = envoy_config.render(source, listen=("0.0.0.0", 8080))  # noqa: S104
+    rendered = envoy_config.render(source, listen=("0.0.0.0", 8080))
     assert _sockets(rendered)[1:] == _sockets(source)[1:]
 
 
@@ -109,7 +109,7 @@ def test_envoy_config_command_renders_a_file_envoy_accepts(tmp_path: Path) -> No
     assert cli.main(["envoy-config", "--listen", "0.0.0.0:8080", "--out", str(out)], env={}) == 0
     assert out.stat().st_mode & 0o777 == 0o644
     rendered = yaml.safe_load(out.read_text())
-    assert envoy_config.listener_socket(rendered) == {"address": "0.0.0.0", "port_value": 8080}  # noqa: S104
+    assert envoy_config.listener_socket(rendered) == {"address": "0.0.0.0", "port_value": 8080}
     result = envoy_validate(out)
     assert result.returncode == 0, result.stderr
 
@@ -132,7 +132,7 @@ def test_envoy_config_command_reports_a_bad_source(
 def test_render_refuses_a_non_loopback_admin_address() -> None:
     """The admin API never leaves loopback, whoever renders (up, compose, a pod)."""
     with pytest.raises(EnvoyConfigError, match="admin API binds loopback only"):
-        envoy_config.render(envoy_config.load(SOURCE), admin=("0.0.0.0", 9901))  # noqa: S104
+        envoy_config.render(envoy_config.load(SOURCE), admin=("0.0.0.0", 9901))
 
 
 def test_envoy_config_command_refuses_a_non_loopback_admin_address(

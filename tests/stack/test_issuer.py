@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -20,6 +21,7 @@ from stack.issuer import JWKS_PATH
 from stack.keys import load_signing_key, new_signing_key, private_pem, public_jwk
 from stack.state import write_private
 from stack.tokens import TOKEN_KINDS, Audiences, TokenKind, TokenRequest, mint
+from tests.processes import EventProcess
 
 AUDIENCES = Audiences(a2a="orrery-a2a", console="orrery-console")
 
@@ -36,24 +38,19 @@ def _issuer_argv(key_file: Path, addr: str) -> list[str]:
 
 
 @pytest.fixture
-def issuer(key_file: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def issuer(key_file: Path) -> Iterator[tuple[str, EventProcess]]:
     """A running `python -m stack.issuer` on an ephemeral loopback port; yields its issuer URL."""
-    process = subprocess.Popen(
-        _issuer_argv(key_file, "127.0.0.1:0"), stderr=subprocess.PIPE, text=True
-    )
-    assert process.stderr is not None
-    serving = json.loads(process.stderr.readline())
+    process = EventProcess(_issuer_argv(key_file, "127.0.0.1:0"), os.environ)
     try:
-        assert serving["event"] == "serving"
-        yield serving["issuer"], process
+        yield process.wait_for("serving")["issuer"], process
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+        if process.proc.poll() is None:
+            process.stop(signal.SIGTERM)
+        process.kill()
 
 
 def test_serving_event_names_the_bound_address_and_issuer(
-    issuer: tuple[str, subprocess.Popen[str]],
+    issuer: tuple[str, EventProcess],
 ) -> None:
     """Started on port 0, the issuer reports the real port in its issuer string."""
     url, _ = issuer
@@ -61,9 +58,7 @@ def test_serving_event_names_the_bound_address_and_issuer(
     assert int(url.rsplit(":", 1)[1]) > 0
 
 
-def test_jwks_holds_only_the_public_key(
-    issuer: tuple[str, subprocess.Popen[str]], key_file: Path
-) -> None:
+def test_jwks_holds_only_the_public_key(issuer: tuple[str, EventProcess], key_file: Path) -> None:
     """One EC P-256 signing key, kid = its RFC 7638 thumbprint, no private member."""
     url, _ = issuer
     response = httpx.get(url + JWKS_PATH)
@@ -77,7 +72,7 @@ def test_jwks_holds_only_the_public_key(
 
 @pytest.mark.parametrize("kind", TOKEN_KINDS)
 def test_minted_tokens_verify_with_the_served_jwks(
-    issuer: tuple[str, subprocess.Popen[str]], key_file: Path, kind: TokenKind
+    issuer: tuple[str, EventProcess], key_file: Path, kind: TokenKind
 ) -> None:
     """A token of each kind verifies with PyJWT against the JWKS fetched over HTTP."""
     url, _ = issuer
@@ -96,11 +91,10 @@ def test_minted_tokens_verify_with_the_served_jwks(
     assert claims["exp"] - claims["iat"] == 3600
 
 
-def test_issuer_stops_cleanly_on_sigterm(issuer: tuple[str, subprocess.Popen[str]]) -> None:
+def test_issuer_stops_cleanly_on_sigterm(issuer: tuple[str, EventProcess]) -> None:
     """SIGTERM → exit 0 (the process contract `up` relies on)."""
     _, process = issuer
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == 0
+    assert process.stop(signal.SIGTERM) == 0
 
 
 @pytest.mark.parametrize("addr", ["0.0.0.0:0", "[::]:0", "192.0.2.10:0", "localhost:0"])
@@ -120,7 +114,7 @@ def test_loopback_addresses_are_accepted(host: str) -> None:
     assert require_loopback(host) == host
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.1", "localhost", "example.test", ""])  # noqa: S104
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.1", "localhost", "example.test", ""])
 def test_other_hosts_are_refused(host: str) -> None:
     """Unspecified, private, and any name (even localhost) are refused."""
     with pytest.raises(NotLoopback):
