@@ -44,6 +44,7 @@ SERVICE_KEYS = frozenset(
         "read_only",
         "restart",
         "security_opt",
+        "stop_grace_period",
         "tmpfs",
         "user",
         "volumes",
@@ -208,6 +209,7 @@ class Service:
     healthcheck: Health | None = None
     health_disabled: bool = False
     profiles: tuple[str, ...] = ()
+    stop_grace_period: int | None = None  # whole seconds, as the engine takes it
 
     @property
     def pod(self) -> str | None:
@@ -293,6 +295,14 @@ def _mount(where: str, text: Any, directory: Path, volumes: Iterable[str]) -> Mo
     return Mount(source, target, read_only, named=True)
 
 
+def _whole_seconds(where: str, value: Any) -> int:
+    """A duration the engine can take as a container's stop timeout (whole seconds)."""
+    seconds, remainder = divmod(nanoseconds(str(value)), 1_000_000_000)
+    if remainder or seconds <= 0:
+        raise ComposeError(f"{where}: only a positive whole number of seconds is supported")
+    return seconds
+
+
 def _restart(where: str, value: Any) -> str:
     policy = str(value)
     if policy.split(":", 1)[0] not in RESTART_POLICIES:
@@ -354,6 +364,11 @@ def parse_service(name: str, spec: Any, directory: Path, volumes: Iterable[str] 
         healthcheck=healthcheck,
         health_disabled=disabled,
         profiles=_strings(f"{where}.profiles", spec.get("profiles", [])),
+        stop_grace_period=(
+            _whole_seconds(f"{where}.stop_grace_period", spec["stop_grace_period"])
+            if "stop_grace_period" in spec
+            else None
+        ),
     )
 
 
@@ -484,6 +499,8 @@ def container_options(service: Service, project: Project, ids: Mapping[str, str]
             **engine.owner_labels(),
         },
     }
+    if service.stop_grace_period is not None:
+        options["stop_timeout"] = service.stop_grace_period
     if service.healthcheck is not None:
         options["healthcheck"] = service.healthcheck.for_sdk()
     elif service.health_disabled:

@@ -234,6 +234,7 @@ def test_container_options_for_every_key(tmp_path: Path) -> None:
                 "cap_drop": ["ALL"],
                 "security_opt": ["no-new-privileges:true"],
                 "restart": "unless-stopped",
+                "stop_grace_period": "20s",
                 "network_mode": "service:holder",
                 "environment": {"A": "1", "B": 2},
                 "volumes": ["./conf:/etc/conf:ro", "state:/srv/state"],
@@ -300,6 +301,7 @@ def test_container_options_for_every_key(tmp_path: Path) -> None:
         "security_opt": ["no-new-privileges:true"],
         "init": None,
         "restart_policy": {"Name": "unless-stopped"},
+        "stop_timeout": 20,
         "volumes": {
             str((tmp_path / "conf").resolve()): {"bind": "/etc/conf", "mode": "ro"},
             "demo_state": {"bind": "/srv/state", "mode": "rw"},
