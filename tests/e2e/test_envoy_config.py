@@ -265,6 +265,16 @@ def test_outlier_detection_ejects_on_failures_envoy_saw_itself_only(
     assert outliers["max_ejection_percent"] == 50
 
 
+@pytest.mark.parametrize("cluster", ["authz", "adapter"])
+def test_a_dying_replica_may_have_all_its_requests_retried_at_once(
+    clusters: dict[str, dict[str, Any]], cluster: str
+) -> None:
+    """Room for 64 concurrent retries (Envoy's default is 3): when a replica dies under load,
+    each request it held or was about to get may need its one harmless retry."""
+    (thresholds,) = clusters[cluster]["circuit_breakers"]["thresholds"]
+    assert thresholds == {"max_retries": 64}
+
+
 def test_the_adapter_is_retried_only_where_it_cannot_have_seen_the_request(
     routes: dict[str, Route], hcm: HttpConnectionManager
 ) -> None:
