@@ -37,6 +37,7 @@ from runtime.addresses import address_family, format_address, parse_address
 from runtime.env import EnvReader
 from stack import envoy_config
 from stack.addresses import client_host
+from stack.envoy_admin import stop_accepting
 from stack.keys import new_assertion_keys, new_signing_key, private_pem
 from stack.settings import StackSettings
 from stack.state import (
@@ -181,15 +182,9 @@ def envoy_probe(admin_file: Path) -> Probe:
     return probe
 
 
-async def stop_accepting(details: Mapping[str, Any]) -> None:
-    """Envoy's first step of a stop, through its admin API: fail its health (open connections
-    are drained: `Connection: close`, HTTP/2 GOAWAY) and close its listeners, so no new request
-    comes in while the streams already open go on until their adapters end them."""
-    admin = details["admin"]
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
-        for path in ("/healthcheck/fail", "/drain_listeners"):
-            async with session.post(f"http://{admin}{path}") as response:
-                response.raise_for_status()
+async def envoy_stops_accepting(details: Mapping[str, Any]) -> None:
+    """Envoy's drain step (`stack.envoy_admin`), at the admin address its probe reported."""
+    await stop_accepting(str(details["admin"]))
 
 
 def envoy_component(
@@ -213,7 +208,7 @@ def envoy_component(
         ready=envoy_probe(admin_file),
         ready_timeout=ready_timeout,
         stop_phase=ENVOY_PHASE,
-        drain=stop_accepting,
+        drain=envoy_stops_accepting,
     )
 
 
