@@ -168,7 +168,7 @@ class Supervisor:
         self._notify = notify or (lambda _: None)
         self._stopping = asyncio.Event()
         self._supervising: asyncio.Future[list[None]] | None = None
-        self._logger: logging.Logger | None = None
+        self._events: logs.JsonLinesHandler | None = None
 
     async def start(self, component: Component) -> Running:
         """Start `component` and wait until it is ready; `ComponentFailed` if it is not, or if
@@ -308,16 +308,13 @@ class Supervisor:
         return new
 
     def _event(self, name: str, level: int = logging.INFO, **fields: Any) -> None:
-        """One JSON line in `<logs>/supervisor.log`."""
-        if self._logger is None:
+        """One JSON line in `<logs>/supervisor.log`, shaped like every process's events."""
+        if self._events is None:
             self.log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            logger = logging.getLogger(f"stack.supervisor.{id(self)}")
-            logger.propagate = False
-            logger.setLevel(logging.INFO)
-            handle = (self.log_dir / SUPERVISOR_LOG).open("a", encoding="utf-8")
-            logger.handlers[:] = [logs.JsonLinesHandler(handle)]
-            self._logger = logger
-        logs.event(self._logger, name, level, **fields)
+            self._events = logs.JsonLinesHandler(
+                (self.log_dir / SUPERVISOR_LOG).open("a", encoding="utf-8")
+            )
+        self._events.write_event(level, "stack.supervisor", name, fields)
 
     # --- stopping -------------------------------------------------------------------------------
 
@@ -339,9 +336,9 @@ class Supervisor:
             codes = await asyncio.gather(*(self._stop_one(item) for item in group))
             stopped += [(item.name, code) for item, code in zip(group, codes, strict=True)]
         self.running.clear()
-        if self._logger is not None:
-            for handler in self._logger.handlers:
-                handler.close()
+        if self._events is not None:
+            self._events.stream.close()
+            self._events = None
         return stopped
 
     async def _drain(self, item: Running) -> None:

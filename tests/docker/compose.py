@@ -55,6 +55,7 @@ HEALTH_KEYS = frozenset({"test", "interval", "timeout", "retries", "start_period
 DEPENDENCY_KEYS = frozenset({"condition", "required", "restart"})
 CONDITIONS = frozenset({"service_started", "service_healthy", "service_completed_successfully"})
 RESTART_POLICIES = frozenset({"no", "always", "unless-stopped", "on-failure"})
+DEFAULT_STOP_GRACE = 10  # seconds: Compose's, when a service sets no stop_grace_period
 
 # ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?message}, ${NAME?message}, $NAME, and $$.
 _VARIABLE = re.compile(
@@ -209,7 +210,7 @@ class Service:
     healthcheck: Health | None = None
     health_disabled: bool = False
     profiles: tuple[str, ...] = ()
-    stop_grace_period: int | None = None  # whole seconds, as the engine takes it
+    stop_grace_period: int | None = None  # whole seconds: SIGTERM to SIGKILL on a stop/restart
 
     @property
     def pod(self) -> str | None:
@@ -499,8 +500,6 @@ def container_options(service: Service, project: Project, ids: Mapping[str, str]
             **engine.owner_labels(),
         },
     }
-    if service.stop_grace_period is not None:
-        options["stop_timeout"] = service.stop_grace_period
     if service.healthcheck is not None:
         options["healthcheck"] = service.healthcheck.for_sdk()
     elif service.health_disabled:
@@ -615,7 +614,8 @@ class Stack:
     def restart(self, name: str) -> list[str]:
         """`docker compose restart NAME`: then every dependant that says `restart: true`.
         Returns the services restarted, in order."""
-        self.containers[name].restart(timeout=10)
+        grace = self.project.services[name].stop_grace_period
+        self.containers[name].restart(timeout=grace or DEFAULT_STOP_GRACE)
         restarted = [name]
         for other, service in self.project.services.items():
             rule = service.depends_on.get(name)

@@ -262,6 +262,7 @@ def test_container_options_for_every_key(tmp_path: Path) -> None:
     holder, member, job = (project.services[name] for name in ("holder", "member", "job"))
     assert holder.build == compose.Build(tmp_path.resolve(), "D", {"BASE": "b:1"})
     assert member.depends_on == {"holder": compose.Dependency("service_started", True, True)}
+    assert member.stop_grace_period == 20  # the timeout `restart` gives it
     assert job.profiles == ("jobs",)
 
     options = compose.container_options(holder, project, {})
@@ -301,7 +302,6 @@ def test_container_options_for_every_key(tmp_path: Path) -> None:
         "security_opt": ["no-new-privileges:true"],
         "init": None,
         "restart_policy": {"Name": "unless-stopped"},
-        "stop_timeout": 20,
         "volumes": {
             str((tmp_path / "conf").resolve()): {"bind": "/etc/conf", "mode": "ro"},
             "demo_state": {"bind": "/srv/state", "mode": "rw"},
