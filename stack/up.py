@@ -235,7 +235,11 @@ def pin_argument(flag: str, key: str) -> Pin:
 
 
 # What each reports in its serving event (docs/contract.md#start-up-event).
-AUTHZ_PIN = pin_env(ORRERY_A2A_AUTHZ_ADDR="grpc", ORRERY_A2A_AUTHZ_DIAG_ADDR="diag")
+AUTHZ_PIN = pin_env(
+    ORRERY_A2A_AUTHZ_ADDR="grpc",
+    ORRERY_A2A_AUTHZ_DIAG_ADDR="diag",
+    ORRERY_A2A_AUTHZ_HTTP_ADDR="http",  # with the HTTP transport
+)
 ADAPTER_PIN = pin_env(ORRERY_A2A_ADAPTER_ADDR="addr", ORRERY_A2A_ADAPTER_DIAG_ADDR="diag")
 
 

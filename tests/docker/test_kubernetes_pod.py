@@ -6,7 +6,8 @@ manifest's own images, commands, environment, mounted ConfigMaps and Secrets, se
 and limits (`tests.docker.kubelet`), in one network namespace held by a do-nothing holder, and
 start in the kubelet's order: each native sidecar (authz, Envoy) only once the previous one's
 startup probe passed, the adapter (the main container) last. The last test stops the pod the
-way the kubelet does: the adapter's preStop hook, then SIGTERM. Every probe is an HTTP GET from outside the namespace to the pod's address.
+way the kubelet does: the adapter's preStop hook, then SIGTERM. Every probe is an HTTP GET from
+outside the namespace to the pod's address.
 
 The operator's part is played by the test: the Secrets (assertion keys, a TLS certificate it
 generates) and the identity provider — the stack's dev issuer in the pod, serving its JWKS on

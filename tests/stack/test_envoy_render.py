@@ -262,9 +262,10 @@ def _ext_authz(config: envoy_config.Config) -> dict[str, object]:
 
 
 def test_the_http_transport_changes_only_how_ext_authz_calls_authz() -> None:
-    """grpc_service becomes an http_service on the same cluster and timeout, under the check
-    prefix, passing only the contract's headers; the cluster speaks HTTP/1.1; nothing else of
-    the filter or the file changes."""
+    """grpc_service becomes an http_service on the same cluster, timeout and retries, under the
+    check prefix, passing only the contract's headers; the cluster speaks HTTP/1.1 and is
+    health-checked on the transport's /healthz instead of gRPC health; nothing else of the
+    filter or the file changes."""
     source = envoy_config.load(SOURCE)
     rendered = envoy_config.render(source, authz=("127.0.0.1", 19194), authz_transport="http")
     http = _ext_authz(rendered)
@@ -294,11 +295,15 @@ def test_the_http_transport_changes_only_how_ext_authz_calls_authz() -> None:
                 ]
             },
         },
+        "retry_policy": grpc["grpc_service"]["retry_policy"],
     }
     clusters = rendered["static_resources"]["clusters"]
     (authz,) = [c for c in clusters if c["name"] == "authz"]
     options = authz["typed_extension_protocol_options"][envoy_config.HTTP_OPTIONS]
     assert options["explicit_http_config"] == {"http_protocol_options": {}}
+    ((check,),) = [c["health_checks"] for c in clusters if c["name"] == "authz"]
+    assert "grpc_health_check" not in check
+    assert check["http_health_check"] == {"path": "/healthz"}
     assert envoy_config.cluster_sockets(rendered, "authz") == [
         {"address": "127.0.0.1", "port_value": 19194}
     ]
