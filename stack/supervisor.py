@@ -281,10 +281,10 @@ class Supervisor:
                     await asyncio.wait_for(self._stopping.wait(), delay)
                 if self._stopping.is_set():
                     return
-                current = await self._replace(current, component)
                 try:
+                    current = await self._replace(current, component)
                     current.details = await self._wait_ready(current, [current])
-                except ComponentFailed as failure:
+                except ComponentFailed as failure:  # could not start, or not ready: try again
                     await self._stop_one(current)
                     failures += 1
                     delay = restart_delay(failures)

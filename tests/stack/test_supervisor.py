@@ -216,6 +216,26 @@ async def test_a_restart_that_never_becomes_ready_is_retried_and_logged(tmp_path
     await supervisor.stop()
 
 
+async def test_a_restart_that_cannot_even_start_is_retried(supervisor: Supervisor) -> None:
+    """The program is gone by the time of the restart: `component_restart_failed` says so, the
+    supervisor keeps trying, and `stop()` still ends cleanly."""
+    code = "import json, sys; print(json.dumps({'event': 'serving'}), file=sys.stderr)"
+
+    def gone(component: Component, details: Mapping[str, Any]) -> Component:
+        return dataclasses.replace(component, argv=["/nonexistent/program"])
+
+    await supervisor.start(program("issuer", code, pin=gone))
+    supervisor.supervise()
+    await wait_until(
+        lambda: "component_restart_failed" in {e["event"] for e in supervisor_events(supervisor)}
+    )
+    failed = next(
+        e for e in supervisor_events(supervisor) if e["event"] == "component_restart_failed"
+    )
+    assert failed["reason"].startswith("could not start")
+    await supervisor.stop()
+
+
 async def test_stop_drains_first_then_stops_phase_by_phase(supervisor: Supervisor) -> None:
     """Every drain hook runs before anything is signalled; then the lowest phase stops first
     (its processes together), whatever the start order."""
