@@ -52,13 +52,14 @@ def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStackR
     redis_url = require_service("Redis", REDIS_URL, 6379)
     state_dir = tmp_path_factory.mktemp("replicas") / "state"
     state_dir.mkdir(mode=0o700)
+    schema = "resilience_" + uuid.uuid4().hex[:12]
     run = LocalStackRun.start(
         state_dir,
         {
             "ORRERY_A2A_REPLICAS": "2",
             "DATABASE_URL": database_url,
             "ORRERY_A2A_REDIS_URL": redis_url,
-            "ORRERY_A2A_DB_SCHEMA": "resilience_" + uuid.uuid4().hex[:12],
+            "ORRERY_A2A_DB_SCHEMA": schema,
             "ORRERY_A2A_SHUTDOWN_GRACE": "1s",
             "ORRERY_A2A_RATE_LIMIT": "100000/minute",
             "ORRERY_A2A_RATE_BURST": "100000",
@@ -72,6 +73,17 @@ def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStackR
     finally:
         if run.process.poll() is None:  # the last test stops it itself
             run.stop()
+        asyncio.run(drop_schema(database_url, schema))
+
+
+async def drop_schema(database_url: str, schema: str) -> None:
+    import asyncpg
+
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    finally:
+        await connection.close()
 
 
 def tokens(run: LocalStackRun, count: int = PRINCIPALS) -> list[str]:
