@@ -114,7 +114,16 @@ async def serve(settings: AdapterSettings) -> None:
             **extra,
         )
         await stop.wait()
-        logs.event(logger, "stopping", grace_seconds=settings.shutdown_grace)
+        # Out of the rotation first: /readyz fails from now on, while requests are still served
+        # for the drain delay; only then does the socket close and the streams' grace begin.
+        app[PROBES].stopping = True
+        logs.event(
+            logger,
+            "stopping",
+            grace_seconds=settings.shutdown_grace,
+            drain_delay_seconds=settings.drain_delay,
+        )
+        await asyncio.sleep(settings.drain_delay)
     finally:
         await runner.cleanup()  # drains streams; the diagnostics answer "not ready" meanwhile
         beating.cancel()

@@ -215,6 +215,8 @@ class Probes:
         self.stopping = False
 
     async def readiness(self) -> Readiness:
+        if self.stopping:  # at once, whatever the stores say: a balancer must not wait for them
+            return Readiness(False, {"serving": "stopping"})
         checks: dict[str, str] = {}
         for name, ping in (
             ("tasks", self._stores.tasks.ping),
@@ -229,7 +231,7 @@ class Probes:
                 logs.event(
                     logger, "not_ready", logging.WARNING, check=name, error_type=type(exc).__name__
                 )
-        checks["serving"] = "stopping" if self.stopping else "ok"
+        checks["serving"] = "ok"
         return Readiness(all(value == "ok" for value in checks.values()), checks)
 
     async def render(self) -> bytes:

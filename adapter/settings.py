@@ -178,6 +178,10 @@ class AdapterSettings:
     # Opt-in: `/healthz`, `/readyz`, `/metrics` on an address of their own (a pod's probes and
     # scrapes), and then no longer on the A2A socket.
     diag_addr: Address | None = None
+    # On SIGTERM, how long to keep serving while `/readyz` already fails, so a load balancer that
+    # health-checks several replicas (Envoy: every second) takes this one out before it stops
+    # listening: no request is sent to a socket that is closing.
+    drain_delay: float = 0.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AdapterSettings:
@@ -246,6 +250,7 @@ class AdapterSettings:
                 else ()
             ),
             diag_addr=_diag_address(reader),
+            drain_delay=reader.seconds("ORRERY_A2A_DRAIN_DELAY", "0s"),
         )
         reader.finish()
         return settings

@@ -52,11 +52,12 @@ from authz.responses import DENIAL_HEADERS, REMOVED_HEADERS, denial_body, denial
 from contract.headers import PRINCIPAL_HEADER, TRACE_LINK_HEADER
 from contract.http_checks import CARRIERS
 from contract.http_checks import CHECK_PREFIX as CHECK_PATH_PREFIX
+from contract.http_checks import HEALTH_PATH as HEALTH_URL
 from runtime.addresses import Address
 from runtime.serving import cannot_listen
 
 CHECK_PREFIX = CHECK_PATH_PREFIX.encode()  # Envoy's http_service.path_prefix
-HEALTH_PATH = b"/healthz"
+HEALTH_PATH = HEALTH_URL.encode()
 MAX_HEAD_BYTES = 64 * 1024  # Envoy forwards at most its listener's 32 KiB of request headers
 MAX_HEADERS = 100  # and at most 64 of them, plus its own few
 MAX_QUEUED = 16  # checks waiting on one connection before it stops reading (Envoy never pipelines)

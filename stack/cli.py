@@ -59,6 +59,12 @@ def _address(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
+    return int(text)
+
+
 def _state_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
@@ -275,6 +281,14 @@ def build_parser() -> argparse.ArgumentParser:
             f"--{name}", type=_address, metavar="HOST:PORT", help=f"{what} (unchanged if absent)"
         )
     _transport_option(render_cmd, "; --authz then names authz's HTTP transport")
+    render_cmd.add_argument(
+        "--adapter-health-port",
+        type=_port,
+        metavar="PORT",
+        help="where Envoy's health check asks the adapter's /readyz, when the adapter serves it"
+        " on a diagnostics address instead of the A2A port (default: the port of"
+        " ORRERY_A2A_ADAPTER_DIAG_ADDR when set)",
+    )
     _edge_policy_options(render_cmd)
     _tls_options(render_cmd, "(where Envoy reads it)")
 
@@ -468,6 +482,20 @@ def _authz_transport(env: Mapping[str, str]) -> envoy_config.AuthzTransport:
         raise ConfigError([f"ORRERY_A2A_AUTHZ_TRANSPORT: {exc}"]) from None
 
 
+def _adapter_health_port(args: argparse.Namespace, env: Mapping[str, str]) -> int | None:
+    """The flag, else the port of the adapter's diagnostics address (compose passes it), else
+    None: /readyz is on the A2A port."""
+    if args.adapter_health_port is not None:
+        return int(args.adapter_health_port)
+    diag = env.get("ORRERY_A2A_ADAPTER_DIAG_ADDR")
+    if not diag:
+        return None
+    try:
+        return parse_address(diag)[1]
+    except ValueError as exc:
+        raise ConfigError([f"ORRERY_A2A_ADAPTER_DIAG_ADDR: {exc}"]) from None
+
+
 def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     transport = _authz_transport(env)
     authz = args.authz
@@ -487,6 +515,7 @@ def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         diag=args.diag,
         tls=_tls_files(env),
         authz_transport=transport,
+        adapter_health_port=_adapter_health_port(args, env),
     )
     if args.out is None:
         import yaml

@@ -30,7 +30,7 @@ from typing import Any, Literal, cast
 import yaml
 
 from contract.headers import PRINCIPAL_HEADER, TRACE_LINK_HEADER
-from contract.http_checks import CHECK_PREFIX
+from contract.http_checks import CHECK_PREFIX, HEALTH_PATH
 from runtime.addresses import Address
 from stack.addresses import NotLoopback, require_loopback
 from stack.edge_policy import ANY_ORIGIN, EdgePolicy
@@ -214,6 +214,7 @@ def render(
     diag: Address | None = None,
     tls: TlsFiles | None = None,
     authz_transport: AuthzTransport = "grpc",
+    adapter_health_port: int | None = None,
 ) -> Config:
     """A copy of `config` with the given sockets replaced, the deployment's policy and TLS added.
 
@@ -223,6 +224,9 @@ def render(
     The `envoy_admin` cluster (the diag listener's way to the admin API) follows `admin`.
     `authz_transport="http"` makes ext_authz call authz's HTTP transport (`_http_transport`):
     `authz` then names the addresses of that transport (ORRERY_A2A_AUTHZ_HTTP_ADDR).
+    `adapter_health_port` is where the adapter's health check asks `/readyz` when the adapter
+    serves it on a diagnostics address of its own (`ORRERY_A2A_ADAPTER_DIAG_ADDR`), not on the
+    A2A port.
     """
     rendered = copy.deepcopy(config)
     if listen is not None:
@@ -239,6 +243,9 @@ def render(
     for cluster, upstream in zip(CLUSTERS, (authz, adapter), strict=True):
         if upstream is not None:
             _point(rendered, cluster, _addresses(upstream))
+    if adapter_health_port is not None:
+        for endpoint in _lb_endpoints(rendered, "adapter")[1]:
+            endpoint["endpoint"]["health_check_config"] = {"port_value": adapter_health_port}
     if policy is not None:
         _apply(rendered, policy)
     if tls is not None:
@@ -285,6 +292,8 @@ def _http_transport(config: Config) -> None:
             },
         },
     }
+    if "retry_policy" in grpc_service:  # the same harmless retries
+        http_service["retry_policy"] = grpc_service["retry_policy"]
     # In place of grpc_service, keeping the filter's other settings where they were.
     replaced = {
         ("http_service" if key == "grpc_service" else key): (
@@ -299,6 +308,10 @@ def _http_transport(config: Config) -> None:
     if not isinstance(options, dict):
         raise EnvoyConfigError(f"the Envoy config's cluster {cluster!r} has no {HTTP_OPTIONS}")
     options["explicit_http_config"] = {"http_protocol_options": {}}
+    # Health-checked the same way, over the transport's own health path.
+    for check in found.get("health_checks", []):
+        if check.pop("grpc_health_check", None) is not None:
+            check["http_health_check"] = {"path": HEALTH_PATH}
 
 
 def _apply(config: Config, policy: EdgePolicy) -> None:

@@ -2,16 +2,21 @@
 
 Order: the dev issuer (authz needs its JWKS), authz, the adapter, then Envoy (whose clusters need
 the addresses the others reported). Each starts only once the previous one is ready, so a failure
-names the component that failed, not the first one that noticed. This run's secrets — the issuer's
-and the agent card's signing keys and the assertion keys — are generated fresh and live in the
-private state directory (see `stack.state`) or only in the children's environments; they are
-removed when the stack stops.
+names the component that failed, not the first one that noticed. Once up, each process is kept
+running on its own (`stack.supervisor`): one that exits is restarted on the same addresses, and
+with `--replicas N` the others serve meanwhile. Stopping drains in order: Envoy stops accepting,
+the adapters finish their streams (through Envoy, still running), then Envoy, authz and the
+issuer stop (docs/operations.md#stopping-in-order). This run's secrets — the issuer's and the
+agent card's signing keys and the assertion keys — are generated fresh and live in the private
+state directory (see `stack.state`) or only in the children's environments; they are removed when
+the stack stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import os
 import re
@@ -29,8 +34,10 @@ from typing import Any, TextIO
 import aiohttp
 
 from runtime.addresses import address_family, format_address, parse_address
+from runtime.env import EnvReader
 from stack import envoy_config
 from stack.addresses import client_host
+from stack.envoy_admin import stop_accepting
 from stack.keys import new_assertion_keys, new_signing_key, private_pem
 from stack.settings import StackSettings
 from stack.state import (
@@ -47,6 +54,7 @@ from stack.supervisor import (
     LOG_TAIL_LINES,
     Component,
     ComponentFailed,
+    Pin,
     Probe,
     Running,
     Supervisor,
@@ -72,6 +80,10 @@ LOCK_FILE = "up.lock"
 EXAMPLE_QUESTION = "Which services are unhealthy?"
 # Ctrl-C, an orchestrator's stop, a closed terminal: each stops the stack in order.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Stop phases, first to last: the adapters drain their streams through a still running Envoy
+# (which stopped accepting before anything stopped), then Envoy, authz, the issuer.
+ADAPTER_PHASE, ENVOY_PHASE, AUTHZ_PHASE, ISSUER_PHASE = range(4)
+STOP_MARGIN_SECONDS = 5.0  # on top of an adapter's own drain delay and grace: its final events
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +182,11 @@ def envoy_probe(admin_file: Path) -> Probe:
     return probe
 
 
+async def envoy_stops_accepting(details: Mapping[str, Any]) -> None:
+    """Envoy's drain step (`stack.envoy_admin`), at the admin address its probe reported."""
+    await stop_accepting(str(details["admin"]))
+
+
 def envoy_component(
     name: str,
     config_path: Path,
@@ -179,7 +196,8 @@ def envoy_component(
     ready_timeout: float = 60.0,
 ) -> Component:
     """Envoy on `config_path`, ready once its admin API (address written to `admin_file`, where a
-    stale one from an earlier run is removed first) answers /ready."""
+    stale one from an earlier run is removed first) answers /ready; it stops accepting before
+    anything of the stack stops, and stops itself after the adapters."""
     admin_file.unlink(missing_ok=True)
     return Component(
         name,
@@ -189,7 +207,50 @@ def envoy_component(
         dict(env),
         ready=envoy_probe(admin_file),
         ready_timeout=ready_timeout,
+        stop_phase=ENVOY_PHASE,
+        drain=envoy_stops_accepting,
     )
+
+
+def pin_env(**fields: str) -> Pin:
+    """A `Pin` that restarts a component with each variable set to the ready detail named for
+    it (`ORRERY_A2A_ADAPTER_ADDR="addr"`): on the very addresses it first bound."""
+
+    def pin(component: Component, details: Mapping[str, Any]) -> Component:
+        bound = {name: str(details[key]) for name, key in fields.items() if details.get(key)}
+        return dataclasses.replace(component, env={**component.env, **bound})
+
+    return pin
+
+
+def pin_argument(flag: str, key: str) -> Pin:
+    """A `Pin` that replaces the value after `flag` in the argv with the ready detail `key`."""
+
+    def pin(component: Component, details: Mapping[str, Any]) -> Component:
+        argv = list(component.argv)
+        argv[argv.index(flag) + 1] = str(details[key])
+        return dataclasses.replace(component, argv=argv)
+
+    return pin
+
+
+# What each reports in its serving event (docs/contract.md#start-up-event).
+AUTHZ_PIN = pin_env(
+    ORRERY_A2A_AUTHZ_ADDR="grpc",
+    ORRERY_A2A_AUTHZ_DIAG_ADDR="diag",
+    ORRERY_A2A_AUTHZ_HTTP_ADDR="http",  # with the HTTP transport
+)
+ADAPTER_PIN = pin_env(ORRERY_A2A_ADAPTER_ADDR="addr", ORRERY_A2A_ADAPTER_DIAG_ADDR="diag")
+
+
+def adapter_stop_grace(env: Mapping[str, str]) -> float:
+    """How long an adapter may take to stop: its drain delay and stream grace, plus a margin
+    for the final events (the adapter's own defaults when unset or unreadable: `check` and the
+    adapter itself report a bad value)."""
+    reader = EnvReader(env)
+    delay = reader.seconds("ORRERY_A2A_DRAIN_DELAY", "0s")
+    grace = reader.seconds("ORRERY_A2A_SHUTDOWN_GRACE", "10s")
+    return delay + grace + STOP_MARGIN_SECONDS
 
 
 class LocalStack:
@@ -200,19 +261,24 @@ class LocalStack:
         self.inherited = inherited
         self.out = out
         self.state_dir = settings.state_dir
-        self.supervisor = Supervisor(run_log_dir(settings.state_dir))
+        self.supervisor = Supervisor(
+            run_log_dir(settings.state_dir), notify=lambda line: self.say(f"orrery-a2a up: {line}")
+        )
 
     def say(self, line: str = "") -> None:
         # After SIGHUP the terminal may be gone; stopping the stack matters more than saying so.
         with contextlib.suppress(OSError):
             print(line, file=self.out, flush=True)
 
-    def _component(self, name: str, argv: list[str], own_env: Mapping[str, str]) -> Component:
+    def _component(
+        self, name: str, argv: list[str], own_env: Mapping[str, str], **options: Any
+    ) -> Component:
         return Component(
             name,
             argv,
             child_env(self.inherited, own_env),
             ready_timeout=self.settings.ready_timeout,
+            **options,
         )
 
     def _replica_names(self, component: str) -> list[str]:
@@ -240,6 +306,8 @@ class LocalStack:
                     format_address(settings.issuer),
                 ],
                 {},
+                stop_phase=ISSUER_PHASE,
+                pin=pin_argument("--addr", "addr"),
             )
         )
         issuer_url = str(issuer.details["issuer"])
@@ -262,7 +330,13 @@ class LocalStack:
         authz_addresses = []
         for name in self._replica_names("authz"):
             authz = await self.supervisor.start(
-                self._component(name, [python, "-m", "authz"], authz_env(settings, wiring))
+                self._component(
+                    name,
+                    [python, "-m", "authz"],
+                    authz_env(settings, wiring),
+                    stop_phase=AUTHZ_PHASE,
+                    pin=AUTHZ_PIN,
+                )
             )
             transport = settings.authz_transport
             self._ready(
@@ -272,8 +346,16 @@ class LocalStack:
             authz_addresses.append(parse_address(str(authz.details[transport])))
         adapter_addresses = []
         for name in self._replica_names("adapter"):
+            own = adapter_env(settings, wiring)
             adapter = await self.supervisor.start(
-                self._component(name, [python, "-m", "adapter"], adapter_env(settings, wiring))
+                self._component(
+                    name,
+                    [python, "-m", "adapter"],
+                    own,
+                    stop_phase=ADAPTER_PHASE,
+                    stop_grace=adapter_stop_grace(child_env(self.inherited, own)),
+                    pin=ADAPTER_PIN,
+                )
             )
             self._ready(adapter, str(adapter.details.get("addr")))
             adapter_addresses.append(parse_address(str(adapter.details["addr"])))
@@ -363,8 +445,8 @@ class LocalStack:
             (self.state_dir / name).unlink(missing_ok=True)
 
     async def run(self) -> int:
-        """Start everything, then wait for Ctrl-C, SIGTERM or a closed terminal (SIGHUP) — exit 0 —
-        or a component's death (1)."""
+        """Start everything, keep it running, and stop it in order on Ctrl-C, SIGTERM or a closed
+        terminal (SIGHUP): exit 0; 1 when the stack could not start."""
         self.say(f"orrery-a2a up: starting the local stack (state in {self.state_dir})")
         self.cleanup()  # whatever a killed earlier run left behind
         log_dir = self.supervisor.log_dir
@@ -386,18 +468,8 @@ class LocalStack:
                     await starting
             else:
                 self.print_welcome(starting.result())
-                died = asyncio.ensure_future(self.supervisor.wait_for_exit())
-                await asyncio.wait({died, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                if died.done():
-                    dead, returncode = died.result()
-                    self.say(
-                        f"orrery-a2a up: {dead.name} {describe_exit(returncode)};"
-                        " stopping the stack"
-                    )
-                    self.show_log(dead.log_path)
-                    code = 1
-                else:
-                    died.cancel()
+                self.supervisor.supervise()
+                await stopping
         except ComponentFailed as failure:
             self.report_failure(failure)
             code = 1

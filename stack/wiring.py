@@ -18,6 +18,7 @@ from stack.tokens import DEFAULT_CLIENTS
 DEV_AUDIENCE = "orrery-a2a"
 DEV_CONSOLE_AUDIENCE = "orrery-console"
 DEV_ALGORITHMS = "ES256"
+REPLICA_DRAIN_DELAY = "2s"  # two of Envoy's health-check intervals (envoy/envoy.yaml)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,9 @@ def adapter_env(settings: StackSettings, wiring: Wiring) -> dict[str, str]:
         # Replicas must share tasks, approvals and in-flight counts: the adapter then refuses to
         # start unless DATABASE_URL and ORRERY_A2A_REDIS_URL are in the environment.
         env["ORRERY_MULTI_REPLICA"] = "true"
+        # A stopping replica fails /readyz but keeps serving until Envoy's health check (every
+        # second) has taken it out of the rotation: no request meets its closing socket.
+        env["ORRERY_A2A_DRAIN_DELAY"] = REPLICA_DRAIN_DELAY
     return env
 
 

@@ -235,19 +235,41 @@ def test_probes_are_http_gets_on_diagnostics_ports(manifests: Manifests) -> None
             assert probe["httpGet"] == {"path": path, "port": DIAG_PORTS[name]}, (name, kind)
 
 
-def test_authz_and_the_adapter_are_native_sidecars_started_before_envoy(
+def test_authz_and_envoy_are_native_sidecars_around_the_adapter(
     renderings: dict[str, Manifests],
 ) -> None:
-    """authz, then the adapter, as init containers with restartPolicy Always and a startup
-    probe: the kubelet starts Envoy only once both are ready, and stops it before them."""
+    """authz, then Envoy, as init containers with restartPolicy Always and a startup probe; the
+    adapter is the main container. So the kubelet starts the adapter last and, stopping, stops it
+    first (its streams drain through a running Envoy), then Envoy, then authz."""
     for name in ("base", "replicated", "composed"):
         manifests = renderings[name]
         sidecars = manifests.pod["initContainers"]
-        assert [item["name"] for item in sidecars] == ["authz", "adapter"], name
+        assert [item["name"] for item in sidecars] == ["authz", "envoy"], name
         for sidecar in sidecars:
             assert sidecar["restartPolicy"] == "Always"
             assert sidecar["startupProbe"]["httpGet"]["path"] == "/readyz"
-        assert [item["name"] for item in manifests.pod["containers"]] == ["envoy"]
+        assert [item["name"] for item in manifests.pod["containers"]] == ["adapter"]
+
+
+def test_a_stopping_pod_has_envoy_stop_accepting_before_the_adapter_drains(
+    renderings: dict[str, Manifests],
+) -> None:
+    """The adapter's preStop hook makes Envoy fail its readiness, wait 5 s for the endpoints to
+    catch up, and close its listeners (`stack.envoy_admin`, on the pod's loopback admin API);
+    the grace period covers that, the adapter's 10 s stream grace and the final events."""
+    for name in ("base", "replicated", "composed"):
+        manifests = renderings[name]
+        hook = manifests.container("adapter")["lifecycle"]["preStop"]["exec"]["command"]
+        assert hook == [
+            "python",
+            "-m",
+            "stack.envoy_admin",
+            "stop-accepting",
+            "127.0.0.1:9901",
+            "--settle",
+            "5",
+        ]
+        assert manifests.pod["terminationGracePeriodSeconds"] >= 5 + 10 + 5
 
 
 def test_check_and_a2a_sockets_stay_on_the_pods_loopback(manifests: Manifests) -> None:
@@ -291,7 +313,7 @@ def test_service_exposes_only_the_edges_port(manifests: Manifests) -> None:
     if manifests.name == "istio":
         assert (port["port"], port["targetPort"], port["appProtocol"]) == (80, "http", "http")
     else:
-        assert (port["port"], port["targetPort"]) == (443, "https")
+        assert (port["port"], port["targetPort"]) == (443, 8443)  # a sidecar's port: a number
         https = [p for p in manifests.container("envoy")["ports"] if p["name"] == "https"]
         assert https == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
 

@@ -44,6 +44,7 @@ SERVICE_KEYS = frozenset(
         "read_only",
         "restart",
         "security_opt",
+        "stop_grace_period",
         "tmpfs",
         "user",
         "volumes",
@@ -54,6 +55,7 @@ HEALTH_KEYS = frozenset({"test", "interval", "timeout", "retries", "start_period
 DEPENDENCY_KEYS = frozenset({"condition", "required", "restart"})
 CONDITIONS = frozenset({"service_started", "service_healthy", "service_completed_successfully"})
 RESTART_POLICIES = frozenset({"no", "always", "unless-stopped", "on-failure"})
+DEFAULT_STOP_GRACE = 10  # seconds: Compose's, when a service sets no stop_grace_period
 
 # ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?message}, ${NAME?message}, $NAME, and $$.
 _VARIABLE = re.compile(
@@ -208,6 +210,7 @@ class Service:
     healthcheck: Health | None = None
     health_disabled: bool = False
     profiles: tuple[str, ...] = ()
+    stop_grace_period: int | None = None  # whole seconds: SIGTERM to SIGKILL on a stop/restart
 
     @property
     def pod(self) -> str | None:
@@ -293,6 +296,14 @@ def _mount(where: str, text: Any, directory: Path, volumes: Iterable[str]) -> Mo
     return Mount(source, target, read_only, named=True)
 
 
+def _whole_seconds(where: str, value: Any) -> int:
+    """A duration the engine can take as a container's stop timeout (whole seconds)."""
+    seconds, remainder = divmod(nanoseconds(str(value)), 1_000_000_000)
+    if remainder or seconds <= 0:
+        raise ComposeError(f"{where}: only a positive whole number of seconds is supported")
+    return seconds
+
+
 def _restart(where: str, value: Any) -> str:
     policy = str(value)
     if policy.split(":", 1)[0] not in RESTART_POLICIES:
@@ -354,6 +365,11 @@ def parse_service(name: str, spec: Any, directory: Path, volumes: Iterable[str] 
         healthcheck=healthcheck,
         health_disabled=disabled,
         profiles=_strings(f"{where}.profiles", spec.get("profiles", [])),
+        stop_grace_period=(
+            _whole_seconds(f"{where}.stop_grace_period", spec["stop_grace_period"])
+            if "stop_grace_period" in spec
+            else None
+        ),
     )
 
 
@@ -598,7 +614,8 @@ class Stack:
     def restart(self, name: str) -> list[str]:
         """`docker compose restart NAME`: then every dependant that says `restart: true`.
         Returns the services restarted, in order."""
-        self.containers[name].restart(timeout=10)
+        grace = self.project.services[name].stop_grace_period
+        self.containers[name].restart(timeout=grace or DEFAULT_STOP_GRACE)
         restarted = [name]
         for other, service in self.project.services.items():
             rule = service.depends_on.get(name)

@@ -40,6 +40,9 @@ CONTAINER_FIELDS = {
     "resources",
     "securityContext",
     "volumeMounts",
+    # Only run when a pod stops; this kubelet starts pods and removes them. The order a stop
+    # follows is checked on the manifests (tests/deploy) and by `stack.envoy_admin`'s own test.
+    "lifecycle",
 }
 SECURITY_FIELDS = {
     "runAsNonRoot",

@@ -90,7 +90,8 @@ def test_envoy_runs_the_same_envoy_yaml_rendered_for_a_container(
     """The renderer mounts envoy/envoy.yaml read-only and moves only the listener to 0.0.0.0:8080
     (the edge policy, TLS and the HTTP authz transport only when their variables are set); Envoy
     reads the rendered file from the shared volume once the renderer succeeded, and the
-    certificates from ORRERY_A2A_TLS_DIR."""
+    certificates from ORRERY_A2A_TLS_DIR. The renderer gets the adapter's diagnostics address
+    too: Envoy's health check asks /readyz there when it is set."""
     render = services["envoy-config"]
     assert render["volumes"] == [
         "./envoy/envoy.yaml:/etc/orrery/envoy.yaml:ro",
@@ -113,6 +114,7 @@ def test_envoy_runs_the_same_envoy_yaml_rendered_for_a_container(
             "ORRERY_A2A_CLIENT_RATE_LIMIT",
             "ORRERY_A2A_CLIENT_RATE_BURST",
             "ORRERY_A2A_ENVOY_MAX_HEAP",
+            "ORRERY_A2A_ADAPTER_DIAG_ADDR",
             "ORRERY_A2A_TLS_CERT",
             "ORRERY_A2A_TLS_KEY",
             "ORRERY_A2A_TLS_CLIENT_CA",
@@ -125,6 +127,17 @@ def test_envoy_runs_the_same_envoy_yaml_rendered_for_a_container(
     ]
     assert envoy["command"][:3] == ["envoy", "-c", "/etc/envoy/rendered/envoy.yaml"]
     assert envoy["depends_on"]["envoy-config"] == {"condition": "service_completed_successfully"}
+
+
+def test_compose_stops_the_adapter_before_envoy_and_envoy_before_authz(
+    services: dict[str, Any],
+) -> None:
+    """Compose stops a service before what it depends on: adapter → Envoy → authz, so the
+    adapter's streams drain through a running Envoy; the adapter's stop grace covers its drain
+    (ORRERY_A2A_SHUTDOWN_GRACE's default 10 s, and a margin for the final events)."""
+    assert services["adapter"]["depends_on"]["envoy"] == {"condition": "service_started"}
+    assert services["envoy"]["depends_on"]["authz"] == {"condition": "service_started"}
+    assert services["adapter"]["stop_grace_period"] == "20s"
 
 
 def test_sidecar_addresses_match_envoys_clusters(project: compose.Project) -> None:

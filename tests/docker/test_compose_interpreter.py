@@ -234,6 +234,7 @@ def test_container_options_for_every_key(tmp_path: Path) -> None:
                 "cap_drop": ["ALL"],
                 "security_opt": ["no-new-privileges:true"],
                 "restart": "unless-stopped",
+                "stop_grace_period": "20s",
                 "network_mode": "service:holder",
                 "environment": {"A": "1", "B": 2},
                 "volumes": ["./conf:/etc/conf:ro", "state:/srv/state"],
@@ -261,6 +262,7 @@ def test_container_options_for_every_key(tmp_path: Path) -> None:
     holder, member, job = (project.services[name] for name in ("holder", "member", "job"))
     assert holder.build == compose.Build(tmp_path.resolve(), "D", {"BASE": "b:1"})
     assert member.depends_on == {"holder": compose.Dependency("service_started", True, True)}
+    assert member.stop_grace_period == 20  # the timeout `restart` gives it
     assert job.profiles == ("jobs",)
 
     options = compose.container_options(holder, project, {})

@@ -4,8 +4,10 @@ The base is rendered with `kubectl kustomize` under an overlay of the kind an op
 (its own IdP's issuer and JWKS URL, its public URL); the pod's containers run under Docker with the
 manifest's own images, commands, environment, mounted ConfigMaps and Secrets, security context
 and limits (`tests.docker.kubelet`), in one network namespace held by a do-nothing holder, and
-start in the kubelet's order: each native sidecar only once the previous one's startup probe
-passed, Envoy last. Every probe is an HTTP GET from outside the namespace to the pod's address.
+start in the kubelet's order: each native sidecar (authz, Envoy) only once the previous one's
+startup probe passed, the adapter (the main container) last. The last test stops the pod the
+way the kubelet does: the adapter's preStop hook, then SIGTERM. Every probe is an HTTP GET from
+outside the namespace to the pod's address.
 
 The operator's part is played by the test: the Secrets (assertion keys, a TLS certificate it
 generates) and the identity provider — the stack's dev issuer in the pod, serving its JWKS on
@@ -14,6 +16,7 @@ the pod's loopback (the one container the manifest does not declare).
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import time
@@ -280,3 +283,50 @@ def test_containers_run_with_the_declared_security_context(edge_pod: RunningPod)
         assert "no-new-privileges:true" in host["SecurityOpt"]
         declared = edge_pod.container(name)["resources"]["limits"]["memory"]
         assert host["Memory"] == int(declared.removesuffix("Mi")) * 1024**2
+
+
+def test_a_stopping_pod_ends_an_open_stream_through_envoy(
+    edge_pod: RunningPod, certificates: Any
+) -> None:
+    """The kubelet's stop, as declared: the adapter's preStop hook has Envoy stop accepting (new
+    connections are refused), then SIGTERM: an open SubscribeToTask gets the task's state as a
+    final event, through the still running Envoy, and ends cleanly; the adapter exits 0. (Last
+    in the module: the pod serves nothing new afterwards.)"""
+    bearer = token(edge_pod)
+    headers = {"A2A-Version": "1.0", "Authorization": f"Bearer {bearer}"}
+    url = edge_pod.url(8443, "https") + "/a2a"
+    message = {"role": "ROLE_USER", "messageId": "m-stop", "parts": [{"text": "restart checkout"}]}
+    with httpx.Client(verify=tls(certificates), timeout=60) as client:
+        proposed = client.post(
+            url,
+            headers=headers,
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {"message": message},
+            },
+        )
+        task = proposed.json()["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        subscribe = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "SubscribeToTask",
+            "params": {"id": task["id"]},
+        }
+        with client.stream("POST", url, headers=headers, json=subscribe) as stream:
+            lines = stream.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
+            adapter = edge_pod.pod.members["adapter"]
+            hook = edge_pod.container("adapter")["lifecycle"]["preStop"]["exec"]["command"]
+            ran = adapter.exec_run(hook)
+            assert ran.exit_code == 0, ran.output
+            with pytest.raises(httpx.ConnectError):
+                httpx.get(url, verify=tls(certificates), timeout=3)
+            adapter.kill(signal="SIGTERM")
+            rest = [line for line in lines if line.startswith("data: ")]
+    assert adapter.wait(timeout=60)["StatusCode"] == 0
+    assert [json.loads(line.removeprefix("data: "))["id"] for line in (first, *rest)] == [2, 2]
+    final = json.loads(rest[-1].removeprefix("data: "))["result"]["task"]
+    assert (final["id"], final["status"]["state"]) == (task["id"], "TASK_STATE_INPUT_REQUIRED")

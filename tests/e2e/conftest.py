@@ -42,6 +42,7 @@ from envoy.service.auth.v3 import external_auth_pb2_grpc as auth_grpc
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import wrappers_pb2
 from google.rpc import status_pb2
+from grpc_health.v1 import health, health_pb2_grpc
 
 from stack import envoy_config
 from stack.edge_policy import EdgePolicy
@@ -52,6 +53,7 @@ from tests.e2e.held_gateway import RELEASE_DIR
 REPO = Path(__file__).resolve().parents[2]
 ENVOY_YAML = REPO / "envoy" / "envoy.yaml"
 READY_TIMEOUT = 60.0
+ENVOY_HEALTH_CHECK = "Envoy/HC"  # the User-Agent of Envoy's active health checks
 
 
 def envoy_validate(config_path: Path) -> subprocess.CompletedProcess[str]:
@@ -180,6 +182,8 @@ async def recorder() -> AsyncIterator[Recorder]:
     state = Recorder(port=0)
 
     async def record(request: web.Request) -> web.Response:
+        if request.headers.get("User-Agent") == ENVOY_HEALTH_CHECK:
+            return web.json_response({"status": "ready"})  # as the adapter's /readyz: not a request
         body = await request.read()
         state.requests.append(Seen(request.method, request.path_qs, dict(request.headers), body))
         return web.json_response({"recorded": True})
@@ -201,6 +205,8 @@ async def fake_authz() -> AsyncIterator[FakeAuthz]:
     state = FakeAuthz(port=0)
     server = grpc.aio.server()
     auth_grpc.add_AuthorizationServicer_to_server(_Servicer(state), server)
+    # Envoy health-checks the authz cluster over grpc.health.v1, as authz serves it.
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
     state.port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:

@@ -97,10 +97,19 @@ def _import_types(node: Any) -> None:
             _import_types(value)
 
 
+# envoy-data-plane cannot read these two OutlierDetection fields by any spelling (its name
+# conversion turns `5xx` into `5_xx`); the typed model goes without them, and
+# `test_outlier_detection_ejects_on_failures_envoy_saw_itself_only` reads them from the YAML.
+_UNREADABLE_OUTLIER_FIELDS = ("consecutive_5xx", "enforcing_consecutive_5xx")
+
+
 @pytest.fixture(scope="module")
 def bootstrap() -> Bootstrap:
     data = yaml.safe_load(ENVOY_YAML.read_text())
     _import_types(data)
+    for cluster in data["static_resources"]["clusters"]:
+        for name in _UNREADABLE_OUTLIER_FIELDS:
+            cluster.get("outlier_detection", {}).pop(name, None)
     return Bootstrap.from_dict(data)
 
 
@@ -203,6 +212,100 @@ def test_clusters_are_loopback_sidecars(bootstrap: Bootstrap) -> None:
         .unpack()
     )
     assert options.explicit_http_config.http2_protocol_options is not None
+
+
+@pytest.fixture(scope="module")
+def clusters() -> dict[str, dict[str, Any]]:
+    """The file's clusters as plain YAML (the health, outlier and retry settings by name)."""
+    config = envoy_config.load(ENVOY_YAML)
+    return {cluster["name"]: cluster for cluster in config["static_resources"]["clusters"]}
+
+
+SAFE_RETRIES = {"connect-failure", "refused-stream", "reset-before-request"}
+PREVIOUS_HOSTS = "envoy.retry_host_predicates.previous_hosts"
+
+
+def test_authz_replicas_are_health_checked_over_grpc_health(
+    clusters: dict[str, dict[str, Any]],
+) -> None:
+    """authz's `grpc.health.v1` (NOT_SERVING once it stops) every second, 0.5 s to answer: a
+    frozen or stopped replica is out of the rotation within about two seconds."""
+    (check,) = clusters["authz"]["health_checks"]
+    assert check["grpc_health_check"] == {}
+    assert (check["interval"], check["timeout"], check["unhealthy_threshold"]) == ("1s", "0.5s", 2)
+    assert check["healthy_threshold"] == 1
+    assert check["no_traffic_interval"] == "5s"  # Envoy's default, 60 s, before any traffic
+
+
+def test_adapter_replicas_are_health_checked_on_readyz(
+    clusters: dict[str, dict[str, Any]],
+) -> None:
+    """The adapter's /readyz every second: its 503 (a stop has begun, its stores are down)
+    takes it out at the next check; it is back after one good answer."""
+    (check,) = clusters["adapter"]["health_checks"]
+    assert check["http_health_check"] == {"path": "/readyz"}
+    assert (check["interval"], check["healthy_threshold"]) == ("1s", 1)
+    assert check["no_traffic_interval"] == "5s"
+
+
+@pytest.mark.parametrize("cluster", ["authz", "adapter"])
+def test_outlier_detection_ejects_on_failures_envoy_saw_itself_only(
+    clusters: dict[str, dict[str, Any]], cluster: str
+) -> None:
+    """Two consecutive connection failures, resets or timeouts eject a replica (for 5 s and
+    more when it repeats), at most half of them; an upstream's own 5xx answers eject nothing
+    (they are the same on every replica, e.g. a storage outage)."""
+    outliers = clusters[cluster]["outlier_detection"]
+    assert outliers["split_external_local_origin_errors"] is True
+    assert outliers["consecutive_local_origin_failure"] == 2
+    assert outliers["enforcing_consecutive_local_origin_failure"] == 100
+    for enforcing in (
+        "enforcing_consecutive_5xx",
+        "enforcing_consecutive_gateway_failure",
+        "enforcing_success_rate",
+        "enforcing_local_origin_success_rate",
+    ):
+        assert outliers[enforcing] == 0, enforcing
+    assert outliers["base_ejection_time"] == "5s"
+    assert outliers["max_ejection_percent"] == 50
+
+
+@pytest.mark.parametrize("cluster", ["authz", "adapter"])
+def test_a_dying_replica_may_have_all_its_requests_retried_at_once(
+    clusters: dict[str, dict[str, Any]], cluster: str
+) -> None:
+    """Room for 64 concurrent retries (Envoy's default is 3): when a replica dies under load,
+    each request it held or was about to get may need its one harmless retry."""
+    (thresholds,) = clusters[cluster]["circuit_breakers"]["thresholds"]
+    assert thresholds == {"max_retries": 64}
+
+
+def test_the_adapter_is_retried_only_where_it_cannot_have_seen_the_request(
+    routes: dict[str, Route], hcm: HttpConnectionManager
+) -> None:
+    """A request is sent again, to another replica, only when its connection failed or was
+    refused, or was reset before the request went out: never on a 5xx, a timeout or a reset after
+    sending, so a SendMessage the adapter may have started never runs twice. No route overrides
+    this."""
+    assert hcm.route_config is not None
+    (virtual_host,) = hcm.route_config.virtual_hosts
+    policy = virtual_host.retry_policy
+    assert policy is not None
+    assert set(policy.retry_on.split(",")) == SAFE_RETRIES
+    assert [predicate.name for predicate in policy.retry_host_predicate] == [PREVIOUS_HOSTS]
+    assert all(route.route is None or route.route.retry_policy is None for route in routes.values())
+
+
+def test_a_check_is_asked_again_of_another_authz_when_one_fails_under_it(
+    ext_authz: ExtAuthz,
+) -> None:
+    """A Check that failed at the connection (or was reset: a killed replica) goes to another
+    authz; a Check has no effect to repeat (docs/operations.md#replicas-and-draining)."""
+    assert ext_authz.grpc_service is not None
+    policy = ext_authz.grpc_service.retry_policy
+    assert policy is not None
+    assert set(policy.retry_on.split(",")) == SAFE_RETRIES | {"reset"}
+    assert [predicate.name for predicate in policy.retry_host_predicate] == [PREVIOUS_HOSTS]
 
 
 def test_ext_authz_fails_closed_with_503(ext_authz: ExtAuthz) -> None:

@@ -31,7 +31,7 @@ EPHEMERAL = [
     "--issuer=127.0.0.1:0",
 ]
 START_TIMEOUT = 90.0
-_READY_LINE = re.compile(r"^  (\w+)\s+ready\s+(\S+).*\(pid (\d+)\)$")
+_READY_LINE = re.compile(r"^  ([\w-]+)\s+ready\s+(\S+).*\(pid (\d+)\)$")
 
 
 @contextlib.asynccontextmanager

@@ -66,6 +66,44 @@ def test_several_upstream_addresses_become_one_endpoint_each() -> None:
     assert len(envoy_config.cluster_sockets(source, "adapter")) == 1  # source untouched
 
 
+def _health_ports(config: envoy_config.Config) -> list[int | None]:
+    """The port each adapter endpoint is health-checked on (None: its own)."""
+    clusters = config["static_resources"]["clusters"]
+    (adapter,) = [cluster for cluster in clusters if cluster["name"] == "adapter"]
+    return [
+        lb["endpoint"].get("health_check_config", {}).get("port_value")
+        for group in adapter["load_assignment"]["endpoints"]
+        for lb in group["lb_endpoints"]
+    ]
+
+
+def test_the_adapter_is_health_checked_on_its_own_port_unless_told_otherwise() -> None:
+    """Without `adapter_health_port` /readyz is asked on the A2A port (the local stack); with it,
+    every adapter endpoint is asked there (a pod, whose adapter serves /readyz on 9193)."""
+    source = envoy_config.load(SOURCE)
+    replicas = [("127.0.0.1", 18081), ("127.0.0.1", 18082)]
+    assert _health_ports(envoy_config.render(source, adapter=replicas)) == [None, None]
+    rendered = envoy_config.render(source, adapter=replicas, adapter_health_port=9193)
+    assert _health_ports(rendered) == [9193, 9193]
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "port"),
+    [
+        ([], {}, None),
+        ([], {"ORRERY_A2A_ADAPTER_DIAG_ADDR": "127.0.0.1:9193"}, 9193),
+        (["--adapter-health-port", "9300"], {"ORRERY_A2A_ADAPTER_DIAG_ADDR": "0.0.0.0:9193"}, 9300),
+    ],
+)
+def test_envoy_config_asks_readyz_where_the_adapter_serves_it(
+    tmp_path: Path, args: list[str], env: dict[str, str], port: int | None
+) -> None:
+    """The flag, else the port of the adapter's diagnostics address (compose passes it)."""
+    out = tmp_path / "envoy.yaml"
+    assert cli.main(["envoy-config", *args, "--out", str(out)], env=env) == 0
+    assert _health_ports(envoy_config.load(out)) == [port]
+
+
 def test_unset_sockets_keep_the_files_values() -> None:
     """Rendering only the listener leaves admin and clusters as the file has them."""
     source = envoy_config.load(SOURCE)
@@ -224,9 +262,10 @@ def _ext_authz(config: envoy_config.Config) -> dict[str, object]:
 
 
 def test_the_http_transport_changes_only_how_ext_authz_calls_authz() -> None:
-    """grpc_service becomes an http_service on the same cluster and timeout, under the check
-    prefix, passing only the contract's headers; the cluster speaks HTTP/1.1; nothing else of
-    the filter or the file changes."""
+    """grpc_service becomes an http_service on the same cluster, timeout and retries, under the
+    check prefix, passing only the contract's headers; the cluster speaks HTTP/1.1 and is
+    health-checked on the transport's /healthz instead of gRPC health; nothing else of the
+    filter or the file changes."""
     source = envoy_config.load(SOURCE)
     rendered = envoy_config.render(source, authz=("127.0.0.1", 19194), authz_transport="http")
     http = _ext_authz(rendered)
@@ -256,11 +295,15 @@ def test_the_http_transport_changes_only_how_ext_authz_calls_authz() -> None:
                 ]
             },
         },
+        "retry_policy": grpc["grpc_service"]["retry_policy"],
     }
     clusters = rendered["static_resources"]["clusters"]
     (authz,) = [c for c in clusters if c["name"] == "authz"]
     options = authz["typed_extension_protocol_options"][envoy_config.HTTP_OPTIONS]
     assert options["explicit_http_config"] == {"http_protocol_options": {}}
+    ((check,),) = [c["health_checks"] for c in clusters if c["name"] == "authz"]
+    assert "grpc_health_check" not in check
+    assert check["http_health_check"] == {"path": "/healthz"}
     assert envoy_config.cluster_sockets(rendered, "authz") == [
         {"address": "127.0.0.1", "port_value": 19194}
     ]

@@ -1,18 +1,29 @@
-"""The supervisor with real child processes: readiness, deaths, Ctrl-C-style stops, logs."""
+"""The supervisor with real child processes: readiness, restarts, ordered stops, logs."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from stack.supervisor import Component, ComponentFailed, Supervisor, describe_exit
+from stack.supervisor import (
+    SUPERVISOR_LOG,
+    Component,
+    ComponentFailed,
+    Running,
+    Supervisor,
+    describe_exit,
+    restart_delay,
+)
 from tests.processes import process_gone, wait_gone
 
 SERVE_THEN_WAIT = """
@@ -103,16 +114,163 @@ async def test_probe_readiness_polls_until_ready(supervisor: Supervisor) -> None
     await supervisor.stop()
 
 
-async def test_the_first_to_exit_is_reported_and_stop_ends_the_rest(
+def supervisor_events(supervisor: Supervisor) -> list[dict[str, Any]]:
+    """The structured events the supervisor logged so far (`supervisor.log`)."""
+    path = supervisor.log_dir / SUPERVISOR_LOG
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Until `condition()` holds (bounded: a failed test must not hang)."""
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.05)
+
+
+async def test_a_process_that_exits_is_restarted_and_the_others_keep_running(
     supervisor: Supervisor,
 ) -> None:
-    """One child dies: wait_for_exit names it; stop() ends the others, last started first."""
-    await supervisor.start(program("issuer", SERVE_THEN_WAIT))
-    await supervisor.start(program("authz", SERVE_THEN_DIE))
-    dead, code = await supervisor.wait_for_exit()
-    assert (dead.name, code) == ("authz", 5)
-    assert await supervisor.stop() == [("authz", 5), ("issuer", 0)]
-    assert supervisor.running == []
+    """A supervised child exits on its own: it is started again (a new pid, ready again), one
+    event says how it ended and one that it is back; its sibling was never touched."""
+    sibling = await supervisor.start(program("authz-1", SERVE_THEN_WAIT))
+    dying = await supervisor.start(program("authz-2", SERVE_THEN_DIE))
+    supervisor.supervise()
+    await wait_until(
+        lambda: "component_restarted" in {e["event"] for e in supervisor_events(supervisor)}
+    )
+    exited, restarted = supervisor_events(supervisor)[:2]
+    assert exited["event"] == "component_exited"
+    assert (exited["component"], exited["pid"], exited["exit"]) == (
+        "authz-2",
+        dying.pid,
+        "exited with code 5",
+    )
+    assert restarted["component"] == "authz-2"
+    assert restarted["pid"] != dying.pid
+    assert supervisor.running[0] is sibling and sibling.process.returncode is None
+    await supervisor.stop()
+
+
+async def test_a_clean_exit_is_restarted_too(supervisor: Supervisor) -> None:
+    """Exit code 0 is no reason to stay down: only `stop()` stops a supervised component."""
+    first = await supervisor.start(program("adapter-1", SERVE_THEN_WAIT))
+    supervisor.supervise()
+    first.process.send_signal(signal.SIGTERM)
+    await wait_until(
+        lambda: supervisor.running[0] is not first and bool(supervisor.running[0].details)
+    )
+    assert supervisor_events(supervisor)[0]["exit"] == "exited with code 0"
+    assert await supervisor.stop() == [("adapter-1", 0)]
+
+
+async def test_a_restart_uses_what_its_pin_makes_of_the_first_start(
+    supervisor: Supervisor,
+) -> None:
+    """`pin` turns the first start's ready details into the component to restart: here, the
+    environment names the address it first reported (how replicas keep their ports)."""
+    code = (
+        "import json, os, sys\n"
+        "print(json.dumps({'event': 'serving', 'addr': os.environ.get('ADDR', '127.0.0.1:4343')}),"
+        " file=sys.stderr, flush=True)\n"
+    )
+
+    def pin(component: Component, details: Mapping[str, Any]) -> Component:
+        return dataclasses.replace(component, env={**component.env, "ADDR": details["addr"] + "0"})
+
+    await supervisor.start(program("adapter-1", code, pin=pin))
+    supervisor.supervise()
+    await wait_until(lambda: supervisor.running[0].details.get("addr") == "127.0.0.1:43430")
+    await supervisor.stop()
+
+
+def test_restarts_back_off_while_a_process_keeps_dying_young() -> None:
+    """0.5 s, then doubling, at most 30 s."""
+    assert [restart_delay(n) for n in (1, 2, 3, 4, 7, 8, 20)] == [0.5, 1, 2, 4, 30, 30, 30]
+
+
+async def test_a_restart_that_never_becomes_ready_is_retried_and_logged(tmp_path: Path) -> None:
+    """A replacement that exits before it is ready is one `component_restart_failed` event,
+    and the supervisor tries again (with a longer back-off) instead of giving up."""
+    supervisor = Supervisor(tmp_path / "logs", grace_seconds=5.0)
+    marker = tmp_path / "started-once"
+    code = (
+        "import json, pathlib, sys, time\n"
+        f"marker = pathlib.Path({str(marker)!r})\n"
+        "if marker.exists():\n"
+        "    sys.exit(3)\n"
+        "marker.touch()\n"
+        "print(json.dumps({'event': 'serving'}), file=sys.stderr, flush=True)\n"
+    )
+    await supervisor.start(program("issuer", code))
+    supervisor.supervise()
+    await wait_until(
+        lambda: "component_restart_failed" in {e["event"] for e in supervisor_events(supervisor)}
+    )
+    failed = next(
+        e for e in supervisor_events(supervisor) if e["event"] == "component_restart_failed"
+    )
+    assert failed["reason"] == "exited with code 3 before it was ready"
+    assert failed["restart_in_seconds"] == 1.0
+    await supervisor.stop()
+
+
+async def test_a_restart_that_cannot_even_start_is_retried(supervisor: Supervisor) -> None:
+    """The program is gone by the time of the restart: `component_restart_failed` says so, the
+    supervisor keeps trying, and `stop()` still ends cleanly."""
+    code = "import json, sys; print(json.dumps({'event': 'serving'}), file=sys.stderr)"
+
+    def gone(component: Component, details: Mapping[str, Any]) -> Component:
+        return dataclasses.replace(component, argv=["/nonexistent/program"])
+
+    await supervisor.start(program("issuer", code, pin=gone))
+    supervisor.supervise()
+    await wait_until(
+        lambda: "component_restart_failed" in {e["event"] for e in supervisor_events(supervisor)}
+    )
+    failed = next(
+        e for e in supervisor_events(supervisor) if e["event"] == "component_restart_failed"
+    )
+    assert failed["reason"].startswith("could not start")
+    await supervisor.stop()
+
+
+async def test_stop_drains_first_then_stops_phase_by_phase(supervisor: Supervisor) -> None:
+    """Every drain hook runs before anything is signalled; then the lowest phase stops first
+    (its processes together), whatever the start order."""
+    calls: list[tuple[str, bool]] = []
+    adapters: list[Running] = []
+
+    async def drain(details: Mapping[str, Any]) -> None:
+        calls.append(("drain", all(item.process.returncode is None for item in adapters)))
+
+    await supervisor.start(program("authz", SERVE_THEN_WAIT, stop_phase=2))
+    adapters.append(await supervisor.start(program("adapter-1", SERVE_THEN_WAIT, stop_phase=0)))
+    adapters.append(await supervisor.start(program("adapter-2", SERVE_THEN_WAIT, stop_phase=0)))
+    await supervisor.start(program("envoy", SERVE_THEN_WAIT, stop_phase=1, drain=drain))
+    assert await supervisor.stop() == [
+        ("adapter-2", 0),
+        ("adapter-1", 0),
+        ("envoy", 0),
+        ("authz", 0),
+    ]
+    assert calls == [("drain", True)]
+
+
+async def test_a_failing_drain_hook_does_not_stop_the_stop(supervisor: Supervisor) -> None:
+    """A drain that raises is logged (`component_drain_failed`); everything still stops."""
+
+    async def drain(details: Mapping[str, Any]) -> None:
+        raise ConnectionRefusedError
+
+    await supervisor.start(program("envoy", SERVE_THEN_WAIT, drain=drain))
+    assert await supervisor.stop() == [("envoy", 0)]
+    (event,) = supervisor_events(supervisor)
+    assert (event["event"], event["error_type"]) == (
+        "component_drain_failed",
+        "ConnectionRefusedError",
+    )
 
 
 async def test_a_child_ignoring_sigterm_is_killed_after_the_grace_period(
@@ -123,6 +281,13 @@ async def test_a_child_ignoring_sigterm_is_killed_after_the_grace_period(
     await supervisor.start(program("stubborn", IGNORES_SIGTERM))
     ((name, code),) = await supervisor.stop()
     assert (name, describe_exit(code)) == ("stubborn", "was killed by SIGKILL")
+
+
+async def test_a_components_own_grace_wins(supervisor: Supervisor) -> None:
+    """`stop_grace` is the component's own SIGTERM-to-SIGKILL time (an adapter's stream drain)."""
+    await supervisor.start(program("stubborn", IGNORES_SIGTERM, stop_grace=0.2))
+    ((_, code),) = await supervisor.stop()
+    assert describe_exit(code) == "was killed by SIGKILL"
 
 
 async def test_stdout_and_stderr_go_to_the_components_log(supervisor: Supervisor) -> None:
@@ -168,7 +333,7 @@ async def test_an_earlier_component_dying_during_a_later_start_is_named(
     assert failed.value.name == "authz"
     assert str(failed.value) == "authz exited with code 5 while adapter was starting"
     assert "giving up" in failed.value.log_path.read_text()
-    assert await supervisor.stop() == [("adapter", 0), ("authz", 5)]
+    assert await supervisor.stop() == [("adapter", 0), ("authz", 5)]  # one phase: reverse order
 
 
 SUPERVISE_ONE = f"""

@@ -264,7 +264,7 @@ def test_ctrl_c_stops_every_component_and_removes_the_secrets(state_dir: Path) -
     assert run.wait_for("is up at")
     pids = {name: pid for name, (_, pid) in run.components.items()}
     assert run.stop() == 0
-    assert run.lines[-1] == "orrery-a2a up: stopped envoy, adapter, authz, issuer"
+    assert run.lines[-1] == "orrery-a2a up: stopped adapter, envoy, authz, issuer"
     assert not [name for name, pid in pids.items() if pid_alive(pid)]
     assert not (state_dir / STATE_FILE).exists()
     assert not (state_dir / ISSUER_KEY_FILE).exists()
@@ -279,7 +279,7 @@ def test_a_closed_terminal_stops_every_component_and_removes_the_secrets(state_d
     pids = {name: pid for name, (_, pid) in run.components.items()}
     run.process.send_signal(signal.SIGHUP)
     assert run.finish() == 0
-    assert run.lines[-1] == "orrery-a2a up: stopped envoy, adapter, authz, issuer"
+    assert run.lines[-1] == "orrery-a2a up: stopped adapter, envoy, authz, issuer"
     assert not [name for name, pid in pids.items() if pid_alive(pid)]
     assert not (state_dir / ISSUER_KEY_FILE).exists()
 
@@ -303,20 +303,29 @@ def test_killing_up_outright_stops_every_component(state_dir: Path) -> None:
     assert [address for address in addresses if not port_free(address)] == []
 
 
-def test_a_component_that_dies_stops_the_stack_and_is_named(state_dir: Path) -> None:
-    """authz killed after start: `up` names it and how it ended, shows its log, stops the rest
-    and exits 1."""
+def test_a_component_that_dies_is_restarted_on_its_address_and_named(state_dir: Path) -> None:
+    """authz killed after start: `up` says how it ended and restarts it on the same address;
+    the stack keeps answering and stops cleanly afterwards (exit 0)."""
     run = LocalStackRun.start(state_dir)
     assert run.wait_for("is up at")
     pids = {name: pid for name, (_, pid) in run.components.items()}
     os.kill(pids["authz"], signal.SIGKILL)
-    assert run.finish() == 1
-    text = "\n".join(run.lines)
-    assert "orrery-a2a up: authz was killed by SIGKILL; stopping the stack" in text
-    run_logs = (state_dir / "logs" / "latest").resolve()
-    assert f"           full log: {run_logs / 'authz.log'}" in text
-    assert '"event":"serving"' in text  # the end of authz's log is shown
-    assert not [name for name, pid in pids.items() if pid_alive(pid)]
+    assert run.wait_for("orrery-a2a up: authz was killed by SIGKILL; restarting in 0.5s")
+    restarted = run.wait_for(r"orrery-a2a up: authz restarted \(pid \d+\)")
+    assert restarted is not None
+    assert f"(pid {pids['authz']})" not in restarted
+    answer = _orrery(run, "ask", "is search up?")
+    assert answer.returncode == 0, answer.stderr
+    assert run.stop() == 0
+    events = [
+        json.loads(line)
+        for line in (state_dir / "logs" / "latest" / "supervisor.log").read_text().splitlines()
+    ]
+    assert [(e["event"], e["component"]) for e in events] == [
+        ("component_exited", "authz"),
+        ("component_restarted", "authz"),
+    ]
+    assert events[0]["pid"] == pids["authz"]
 
 
 def test_up_checks_every_component_before_starting_anything(state_dir: Path) -> None:
