@@ -274,6 +274,8 @@ def test_the_http_transport_changes_only_how_ext_authz_calls_authz() -> None:
         k: v for k, v in grpc.items() if k != "grpc_service"
     }
     assert list(http) == [("http_service" if k == "grpc_service" else k) for k in grpc]
+    grpc_service = grpc["grpc_service"]
+    assert isinstance(grpc_service, dict)
     assert http["http_service"] == {
         "server_uri": {"uri": "http://authz", "cluster": "authz", "timeout": "1s"},
         "path_prefix": "/ext_authz",
@@ -295,7 +297,7 @@ def test_the_http_transport_changes_only_how_ext_authz_calls_authz() -> None:
                 ]
             },
         },
-        "retry_policy": grpc["grpc_service"]["retry_policy"],
+        "retry_policy": grpc_service["retry_policy"],
     }
     clusters = rendered["static_resources"]["clusters"]
     (authz,) = [c for c in clusters if c["name"] == "authz"]
