@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from runtime.addresses import Address, address_family, format_address
 from runtime.checks import read_report
 from stack import envoy_config
 from stack.addresses import client_host
+from stack.children import python_module
 from stack.issuer import issuer_url
 from stack.keys import new_assertion_keys
 from stack.settings import ADDRESSES, StackSettings
@@ -93,9 +93,7 @@ def placeholder_wiring(settings: StackSettings) -> Wiring:
 async def component_problems(name: str, env: Mapping[str, str]) -> list[str]:
     """`python -m NAME check --json` with `env`; its problems, or why it could not say."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        name,
+        *python_module(name),
         "check",
         "--json",
         env=dict(env),

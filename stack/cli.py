@@ -31,6 +31,7 @@ from runtime.env import parse_duration
 from runtime.errors import ConfigError
 from runtime.version import version
 from stack import envoy_config
+from stack.children import python_module
 from stack.edge_policy import EdgePolicy
 from stack.settings import ADDRESSES, StackSettings
 from stack.state import StackError, StackState, default_state_dir
@@ -452,7 +453,7 @@ def _cmd_explain(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         "ORRERY_A2A_JWT_AUDIENCE": state.audience,
         "ORRERY_CONSOLE_JWT_AUDIENCE": state.console_audience,
     }
-    argv = [sys.executable, "-m", "authz", "explain", *(["--json"] if args.json else [])]
+    argv = [*python_module("authz"), "explain", *(["--json"] if args.json else [])]
     given: str | None = args.token
     from_stdin = given == STDIN
     if from_stdin:

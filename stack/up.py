@@ -24,7 +24,6 @@ import shlex
 import shutil
 import signal
 import socket
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from runtime.addresses import address_family, format_address, parse_address
 from runtime.env import EnvReader
 from stack import envoy_config
 from stack.addresses import client_host
+from stack.children import python_module
 from stack.envoy_admin import stop_accepting
 from stack.keys import new_assertion_keys, new_signing_key, private_pem
 from stack.settings import StackSettings
@@ -292,14 +292,11 @@ class LocalStack:
 
     async def start_all(self, secrets: RunSecrets) -> StackState:
         settings = self.settings
-        python = sys.executable
         issuer = await self.supervisor.start(
             self._component(
                 "issuer",
                 [
-                    python,
-                    "-m",
-                    "stack.issuer",
+                    *python_module("stack.issuer"),
                     "--key",
                     str(secrets.issuer_key),
                     "--addr",
@@ -332,7 +329,7 @@ class LocalStack:
             authz = await self.supervisor.start(
                 self._component(
                     name,
-                    [python, "-m", "authz"],
+                    python_module("authz"),
                     authz_env(settings, wiring),
                     stop_phase=AUTHZ_PHASE,
                     pin=AUTHZ_PIN,
@@ -350,7 +347,7 @@ class LocalStack:
             adapter = await self.supervisor.start(
                 self._component(
                     name,
-                    [python, "-m", "adapter"],
+                    python_module("adapter"),
                     own,
                     stop_phase=ADAPTER_PHASE,
                     stop_grace=adapter_stop_grace(child_env(self.inherited, own)),
