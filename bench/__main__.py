@@ -13,7 +13,7 @@ Runs, each against a baseline started in the same run, and prints ratios:
   server as ext_authz (the floor), and the latency authz adds at 1 000 requests a second against
   the same route without ext_authz (`bench/proxy_bench.py`);
 * P5 — authz's RSS under many distinct tokens and subjects, the adapter's stores at their bounds
-  (`bench/memory_bench.py`);
+  (`bench/memory_bench.py`, `bench/adapter_memory.py`);
 * P2 — the whole edge vs the stock a2a-sdk server without auth, blocking SendMessage, at 8 and 32
   connections (`bench/e2e_bench.py`, cases `edge` and `stock`).
 
@@ -51,7 +51,7 @@ import proxy_bench  # noqa: E402
 from adapter_bench import run_in_scratch  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = ROOT / "docs/benchmarks.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 GOALS = {
@@ -180,7 +180,11 @@ def p5(plan: Plan) -> dict[str, Any]:
         cwd=ROOT,
     ).stdout
     adapter = subprocess.run(
-        [sys.executable, script, "adapter"], check=True, capture_output=True, text=True, cwd=ROOT
+        [sys.executable, str(HERE / "adapter_memory.py")],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     ).stdout
     return {"authz": json.loads(authz), "adapter": json.loads(adapter)}
 
@@ -357,6 +361,8 @@ def render(results: dict[str, Any], plan: Plan, started: float) -> str:
                 f"{fmt_range(row['ratios'])} | {split} | {row['stock_cpu']:.2f} |"
             )
         lines += ["", f"Goal ≥ {GOALS['P2']}x at 8 and 32 connections: {met(goal_met)}.", ""]
+    for name, reason in results.get("failed", {}).items():
+        lines += [f"**{name} did not complete in this run**: `{reason}`", ""]
     lines.append(END)
     return "\n".join(lines)
 
@@ -389,21 +395,27 @@ def main() -> None:
     parts = set(args.only.split(","))
     started = time.time()
     results: dict[str, Any] = {}
-    if "profile" in parts:
-        print("profile: a cached Check in process", flush=True)
-        results["profile"] = asyncio.run(check_profile.profile(plan.profile_calls, False))
-    if "P1" in parts:
-        print("P1: authz vs a do-nothing grpc.aio server", flush=True)
-        results["P1"] = p1(plan)
-    if "P3" in parts:
-        print("P3/P4: Envoy + authz vs jwt_authn; latency at 1000/s", flush=True)
-        results["P3"] = p3_p4(plan)
-    if "P5" in parts:
-        print("P5: memory", flush=True)
-        results["P5"] = p5(plan)
-    if "P2" in parts:
-        print("P2: edge vs stock a2a-sdk server", flush=True)
-        results["P2"] = p2(plan)
+    steps = {
+        "profile": (
+            "profile: a cached Check in process",
+            lambda: asyncio.run(check_profile.profile(plan.profile_calls, False)),
+        ),
+        "P1": ("P1: authz vs a do-nothing grpc.aio server", lambda: p1(plan)),
+        "P3": ("P3/P4: Envoy + authz vs jwt_authn; latency at 1000/s", lambda: p3_p4(plan)),
+        "P5": ("P5: memory", lambda: p5(plan)),
+        "P2": ("P2: edge vs stock a2a-sdk server", lambda: p2(plan)),
+    }
+    failed: dict[str, str] = {}
+    for name, (title, step) in steps.items():
+        if name not in parts:
+            continue
+        print(title, flush=True)
+        try:
+            results[name] = step()
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - one part failing keeps the rest
+            failed[name] = f"{type(exc).__name__}: {exc}"[:300]
+            print(f"  {name} failed: {failed[name]}", flush=True)
+    results["failed"] = failed
     section = render(results, plan, started)
     print(re.sub(r"<!--.*?-->\n?", "", section))
     if not args.no_write and not args.quick:

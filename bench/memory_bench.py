@@ -1,19 +1,14 @@
-"""Memory under many callers (P5): authz's RSS as distinct tokens and subjects pile up, and the
-adapter's in-memory stores at their bounds.
+"""authz's memory under many callers (P5): RSS as distinct tokens and subjects pile up.
 
-    .venv/bin/python bench/memory_bench.py authz [--tokens 200000] [--subjects 1000000]
-    .venv/bin/python bench/memory_bench.py adapter
+    .venv/bin/python bench/memory_bench.py [--tokens 200000] [--subjects 1000000]
 
-Each mode runs in its own process and prints one JSON object: RSS (VmRSS, MiB) samples.
+Prints one JSON object: RSS (VmRSS, MiB) samples. (The adapter's stores: `adapter_memory.py`.)
 
-* authz: the real decider (`check_profile.Parts`, default bounds: 10 000 verified tokens and
+The real decider (`check_profile.Parts`, default bounds: 10 000 verified tokens and
   principals, 100 000 rate-limit subjects) is fed `--tokens` distinct EdDSA tokens, each for its
   own subject, through `Decider.decide` — full verification, principal, signing, limiter — then
   `--subjects` more distinct subjects straight into the limiter (a token per subject would
   spend minutes on signatures for no other effect). RSS is sampled ten times along each.
-* adapter: `BoundedTaskStore` with `ORRERY_A2A_MAX_TASKS` (10 000) tasks like a finished
-  blocking SendMessage (the user's message, the agent's reply, one text artifact), then as many
-  again (evicting), then `MemoryMessageClaims` at its bound (4 x max tasks); RSS at each step.
 """
 
 from __future__ import annotations
@@ -95,79 +90,12 @@ async def authz_memory(tokens: int, subjects: int) -> dict[str, Any]:
     }
 
 
-async def adapter_memory() -> dict[str, Any]:
-    from a2a.server.context import ServerCallContext
-    from a2a.types import a2a_pb2 as pb
-
-    from adapter.principal import PrincipalUser
-    from adapter.settings import AdapterSettings
-    from adapter.stores.memory import BoundedTaskStore, MemoryMessageClaims
-    from contract.assertion import new_keys_spec
-    from contract.identity import Principal
-
-    settings = AdapterSettings.from_env({"ORRERY_A2A_ASSERTION_KEYS": new_keys_spec("bench")})
-    store = BoundedTaskStore(max_tasks=settings.max_tasks, idle_ttl=settings.task_idle_ttl)
-    claims = MemoryMessageClaims(max_claims=4 * settings.max_tasks)
-    before = rss_mib()
-    owners = [
-        ServerCallContext(
-            user=PrincipalUser(
-                Principal(
-                    kind="delegated",
-                    subject=f"user-{n}",
-                    client="client",
-                    agent="agent",
-                    role="operator",
-                    autonomy="L2",
-                )
-            )
-        )
-        for n in range(100)
-    ]
-    for number in range(2 * settings.max_tasks):
-        task = pb.Task(
-            id=str(uuid.uuid4()),
-            context_id=str(uuid.uuid4()),
-            status=pb.TaskStatus(state=pb.TaskState.TASK_STATE_COMPLETED),
-        )
-        task.history.add(
-            message_id=str(uuid.uuid4()), role=pb.Role.ROLE_USER
-        ).parts.add().text = "how is checkout?"
-        task.history.add(
-            message_id=str(uuid.uuid4()), role=pb.Role.ROLE_AGENT
-        ).parts.add().text = "checkout is healthy: p99 212 ms, error rate 0.02 % over the last hour"
-        artifact = task.artifacts.add(artifact_id=str(uuid.uuid4()), name="answer")
-        artifact.parts.add().text = "checkout is healthy"
-        await store.save(task, owners[number % len(owners)])
-        if number + 1 == settings.max_tasks:
-            at_bound = rss_mib()
-    after_tasks = rss_mib()
-    for number in range(4 * settings.max_tasks):
-        await claims.claim(
-            f"owner-{number % 100}", str(uuid.uuid4()), task_id=str(uuid.uuid4()), fingerprint="f"
-        )
-    return {
-        "max_tasks": settings.max_tasks,
-        "tasks": await store.count(),
-        "rss_before": before,
-        "rss_at_bound": at_bound,
-        "rss_after_twice_the_bound": after_tasks,
-        "max_claims": 4 * settings.max_tasks,
-        "rss_with_claims_at_bound": rss_mib(),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=("authz", "adapter"))
     parser.add_argument("--tokens", type=int, default=200_000)
     parser.add_argument("--subjects", type=int, default=1_000_000)
     args = parser.parse_args()
-    if args.mode == "authz":
-        result = asyncio.run(authz_memory(args.tokens, args.subjects))
-    else:
-        result = asyncio.run(adapter_memory())
-    print(json.dumps(result))
+    print(json.dumps(asyncio.run(authz_memory(args.tokens, args.subjects))))
 
 
 if __name__ == "__main__":
