@@ -163,12 +163,10 @@ def p3_p4(plan: Plan) -> dict[str, Any]:
 
 
 def p5(plan: Plan) -> dict[str, Any]:
-    script = str(HERE / "memory_bench.py")
     authz = subprocess.run(
         [
             sys.executable,
-            script,
-            "authz",
+            str(HERE / "memory_bench.py"),
             "--tokens",
             str(plan.tokens),
             "--subjects",
