@@ -42,11 +42,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest
 
 from authz import credentials, responses
+from authz.checking import Checker, logged_path
 from authz.decision import Allow, Decider, limit_key
 from authz.jwks import KeyStore, source_for
 from authz.limits import Limiter
 from authz.metrics import Metrics
-from authz.service import AuthorizationService, check_view, logged_path
+from authz.service import AuthorizationService, check_view
 from authz.settings import AuthzSettings
 from authz.surfaces import surface_of
 from authz.tokens import TokenVerifier
@@ -88,7 +89,7 @@ class Parts:
             settings.assertion_keys,
             memo_size=settings.token_cache_size,
         )
-        self.service = AuthorizationService(self.decider, self.metrics)
+        self.service = AuthorizationService(Checker(self.decider, self.metrics))
         self.settings = settings
 
 
