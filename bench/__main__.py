@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,7 +202,7 @@ def p2(plan: Plan) -> dict[str, Any]:
             cases=("edge", "stock"),
         )
         print(f"  P2 at {connections} connections", flush=True)
-        bench = run_in_scratch("bench-e2e-", lambda work, a=args: e2e_bench.run(a, work))
+        bench = run_in_scratch("bench-e2e-", functools.partial(e2e_bench.run, args))
         edge, stock = bench.results["edge"], bench.results["stock"]
         out[str(connections)] = {
             "ratios": [e.run.rps / s.run.rps for e, s in zip(edge, stock, strict=True)],
@@ -393,7 +395,7 @@ def main() -> None:
     parts = set(args.only.split(","))
     started = time.time()
     results: dict[str, Any] = {}
-    steps = {
+    steps: dict[str, tuple[str, Callable[[], Any]]] = {
         "profile": (
             "profile: a cached Check in process",
             lambda: asyncio.run(check_profile.profile(plan.profile_calls, False)),
