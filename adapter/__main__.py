@@ -15,6 +15,7 @@ import os
 # `a2a.utils.telemetry` is first imported. This process installs no tracer, so those no-op spans
 # are pure cost (about 30% of SendMessage throughput, measured with bench/adapter_bench.py). Off
 # unless the operator sets the SDK's own switch explicitly. Must run before `a2a` is imported.
+# Off, the wrappers still run (with no-op spans); `sdk_tracing.unwrap()` in `main` removes them.
 os.environ.setdefault("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")
 
 import argparse
@@ -25,6 +26,7 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
+from adapter import sdk_tracing
 from adapter.app import PROBES, LoopDiagnostics, bind, make_app, start
 from adapter.errors import GatewayLoadError
 from adapter.gateway import gateway_factory
@@ -144,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     logs.configure(settings.log_level)
+    sdk_tracing.unwrap()
     try:
         asyncio.run(serve(settings))
     except (ConfigError, GatewayLoadError) as exc:

@@ -20,6 +20,7 @@ comma inside a token, which is base64url), so a comma in `authorization` means t
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from urllib.parse import unquote_to_bytes
@@ -77,7 +78,14 @@ def check_query(path: str) -> None:
 
 def bearer_token(headers: Mapping[str, str]) -> str:
     """The one bearer token of the request (RFC 6750 §2.1), not yet verified."""
-    value = headers.get("authorization", "")
+    return _bearer(headers.get("authorization", ""))
+
+
+@functools.lru_cache(maxsize=1024)
+def _bearer(value: str) -> str:
+    """`bearer_token` of one header value. Remembered (a refusal is raised again, never
+    remembered): a caller sends the same header on every request, and matching a token of a
+    few hundred characters against the JWS pattern costs more than the rest of these checks."""
     if not value:
         raise MissingCredential("a bearer token is required")
     if "," in value:

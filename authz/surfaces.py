@@ -18,6 +18,7 @@ the assertion's surface against the route it serves as well.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 
@@ -28,9 +29,11 @@ _ROUTES = re.compile(r"(?P<a2a>/a2a/?)|(?P<approvals>/approvals/[A-Za-z0-9_-]{1,
 _LABELS: Mapping[str, Surface] = {"a2a": "a2a", "approvals": "approvals"}
 
 
+@functools.lru_cache(maxsize=1024)
 def surface_of(label: str | None, path: str) -> Surface:
     """The surface of a Check, or `Forbidden` (403) for a path that is not a canonical route or
-    a label that is unknown or disagrees with the path."""
+    a label that is unknown or disagrees with the path. Remembered per label and path (a
+    refusal is raised again, never remembered): the routes are few and requests repeat them."""
     route = _ROUTES.fullmatch(path.partition("?")[0])
     if route is None:
         raise Forbidden("no such route")

@@ -133,7 +133,7 @@ class WrkRun:
     p99_ms: float
 
 
-_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+_UNITS_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
 
 
 def found(pattern: str, out: str, flags: int = 0) -> re.Match[str]:
@@ -144,7 +144,7 @@ def found(pattern: str, out: str, flags: int = 0) -> re.Match[str]:
 
 
 def _percentile_ms(out: str, percent: str) -> float:
-    value, unit = found(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s)$", out, re.M).groups()
+    value, unit = found(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s|m)$", out, re.M).groups()
     return float(value) * _UNITS_MS[unit]
 
 

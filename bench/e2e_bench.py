@@ -60,6 +60,7 @@ from stack.up import LocalStack, envoy_component, free_port, generate_secrets
 from stack.wiring import DEV_AUDIENCE
 
 WARM_UP_SECONDS = 2
+CASES = ("edge", "jwt-authn", "adapter", "stock")
 JWT_AUTHN_TYPE = "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication"
 BENCH_REQUEST_ID = "e2e-bench-static-request-id"
 SUBJECT, AGENT, CLIENT = "bench-user", "bench-agent", "dev-agent-client"  # the token's principal
@@ -270,17 +271,22 @@ async def run(args: argparse.Namespace, work: Path) -> Bench:
             identities=lambda: mint(keys, 2000),
         )
         baseline = Case("stock", stock_port, {"stock": stock.pid})
+        cases = getattr(args, "cases", CASES)
         for number in range(1, args.rounds + 1):
             print(f"round {number}", flush=True)
-            await bench.measure(edge)
-            supervisor, jwt_port = await start_jwt_envoy(work, stack, state, keys, token_exp)
-            try:
-                jwt_pids = {"envoy": supervisor.running[0].pid, "adapter": pids["adapter"]}
-                await bench.measure(Case("jwt-authn", jwt_port, jwt_pids, authorization))
-            finally:
-                await supervisor.stop()
-            await bench.measure(direct)
-            await bench.measure(baseline)
+            if "edge" in cases:
+                await bench.measure(edge)
+            if "jwt-authn" in cases:
+                supervisor, jwt_port = await start_jwt_envoy(work, stack, state, keys, token_exp)
+                try:
+                    jwt_pids = {"envoy": supervisor.running[0].pid, "adapter": pids["adapter"]}
+                    await bench.measure(Case("jwt-authn", jwt_port, jwt_pids, authorization))
+                finally:
+                    await supervisor.stop()
+            if "adapter" in cases:
+                await bench.measure(direct)
+            if "stock" in cases:
+                await bench.measure(baseline)
     finally:
         await stack.supervisor.stop()
         stack.cleanup()

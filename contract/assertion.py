@@ -26,6 +26,7 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from typing import Any, cast
 
 from contract.errors import AssertionExpired, InvalidAssertion
@@ -166,10 +167,11 @@ def sign(
     kid, secret = keys.keys[0]
     # The per-request members are formatted directly (the JSON encoder's per-call set-up costs
     # more than the whole rest of signing): integers with :d (anything else raises), the request
-    # id through json.dumps. The identity members come from the encoder, once per principal.
+    # id through the C escaping function `json.dumps` would call for a str (the same bytes). The
+    # identity members come from the encoder, once per principal.
     request_members = (
         f'"iss":"{ISSUER}","aud":"{AUDIENCE}","iat":{now:d},"exp":{now + LIFETIME_SECONDS:d},'
-        f'"rid":{json.dumps(request_id)},"tok_exp":{token_expires_at:d}'
+        f'"rid":{encode_basestring_ascii(request_id)},"tok_exp":{token_expires_at:d}'
     )
     payload = "{" + request_members + "," + _identity_claims(principal, surface) + "}"
     signing_input = _header_segment(kid) + "." + b64url_encode(payload.encode())

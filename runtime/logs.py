@@ -9,11 +9,15 @@ passing a credential — the decision code passes reason codes, principal keys a
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import math
+import os
 import sys
 import time
 from collections.abc import Mapping
+from json.encoder import encode_basestring
 from typing import Any, TextIO
 
 _FIELDS = "orrery_fields"
@@ -54,6 +58,26 @@ def _line(
     return body
 
 
+def encode_line(body: Mapping[str, Any]) -> str:
+    """`_ENCODER.encode(body)` for a flat object, byte for byte, without the encoder's per-call
+    set-up (it builds a C encoder and calls a Python `floatstr` for every float): strings go
+    through the same C escaping function, ints and finite floats through their `repr`, and any
+    other value (containers, NaN, a bool, objects for `default=str`) through `_ENCODER` itself."""
+    parts = []
+    for name, value in body.items():
+        kind = type(value)
+        if kind is str:
+            text = encode_basestring(value)
+        elif kind is int or (kind is float and math.isfinite(value)):
+            text = repr(value)
+        elif value is None:
+            text = "null"
+        else:
+            text = _ENCODER.encode(value)
+        parts.append(f"{encode_basestring(name)}:{text}")
+    return "{" + ",".join(parts) + "}"
+
+
 class JsonFormatter(logging.Formatter):
     """Render a record as `{"ts", "level", "logger", "event", …fields}`; exceptions by type only."""
 
@@ -63,7 +87,7 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info and record.exc_info[0] is not None:
             # The type is enough to find the bug; a message or traceback could echo request data.
             body["error_type"] = record.exc_info[0].__name__
-        return _ENCODER.encode(body)
+        return encode_line(body)
 
 
 # StreamHandler is generic only in typeshed; subscripting it fails at run time
@@ -75,14 +99,41 @@ class JsonLinesHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.setFormatter(JsonFormatter())
 
     def write_event(self, level: int, logger: str, event: str, fields: Mapping[str, Any]) -> None:
-        """Write what `emit` would write for this event, without a LogRecord."""
-        line = _ENCODER.encode(_line(time.time(), level, logger, event, fields))
+        """Write what `emit` would write for this event, without a LogRecord.
+
+        The line reaches the kernel before this returns (a crash right after a decision does not
+        lose its line): on a stream with a file descriptor by one `os.write` of the whole line —
+        after flushing whatever else was written to the stream, so lines never interleave out
+        of order — which costs a fifth of the text stream's write + flush; otherwise by write +
+        flush."""
+        line = encode_line(_line(time.time(), level, logger, event, fields)) + self.terminator
+        stream = self.stream
         with self.lock:  # type: ignore[union-attr]  # the lock emit() uses; created in __init__
             try:
-                self.stream.write(line + self.terminator)
-                self.stream.flush()
+                fd = _descriptor(stream)
+                if fd is None:
+                    stream.write(line)
+                    stream.flush()
+                else:
+                    stream.flush()
+                    _write_all(fd, line.encode(stream.encoding, stream.errors or "strict"))
             except (OSError, ValueError):  # a broken or closed log stream must not break a Check
                 self.handleError(logging.makeLogRecord({"msg": event, "levelno": level}))
+
+
+def _descriptor(stream: TextIO) -> int | None:
+    """The file descriptor under a text stream, or None (StringIO, a pytest capture)."""
+    try:
+        return stream.fileno()
+    except (io.UnsupportedOperation, AttributeError):
+        return None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """`os.write` until every byte is written (a pipe may take a long line in parts)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def configure(level: str = "INFO") -> None:

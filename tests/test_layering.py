@@ -45,6 +45,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "bench/e2e_bench.py": SHARED | {"adapter", "stack"},
     "bench/flood_bench.py": SHARED | {"stack"},
     "bench/list_tasks_bench.py": SHARED | {"adapter"},
+    "bench/check_profile.py": SHARED | {"authz"},
+    "bench/memory_bench.py": SHARED | {"authz"},
+    "bench/adapter_memory.py": SHARED | {"adapter"},
+    "bench/proxy_bench.py": SHARED | {"stack"},
+    "bench/__main__.py": SHARED,
 }
 # The contract is the one piece both services run: nothing beyond these may come with it.
 CONTRACT_THIRD_PARTY = frozenset({"cryptography"})

@@ -1,0 +1,233 @@
+"""Where a cached Check's microseconds go, in process, without the transport.
+
+    .venv/bin/python bench/check_profile.py [--calls 10000] [--cprofile]
+
+Builds the real service (`authz.server`'s wiring: key store, verifier, limiter, decider, metrics)
+around a JWKS file, warms the token cache with one Check, then times each step of the cached
+path on its own, as `AuthorizationService.Check` runs them, over `--calls` calls:
+
+* parse: `CheckRequest.FromString` of the frame Envoy sends (grpc.aio does this before Check);
+* view: `service.check_view` (the headers, surface label and path);
+* decide: `Decider.decide` whole, then its parts: the credential checks, the cached `verify`,
+  the remembered principal, `assertion.sign` (HMAC-SHA256) and the limiter;
+* response: `responses.allowed` and its `SerializeToString` (grpc.aio serialises after Check);
+* metrics: `Metrics.decision` (counter + histogram);
+* log: the `decision` event, written and flushed to a file as in production;
+* Check: `AuthorizationService.Check` end to end (everything above except parse/serialise).
+
+Reports µs per call (process CPU time). `--cprofile` also prints cProfile's top functions for
+the end-to-end loop. Nothing is asserted; `bench/authz_bench.py` measures the same path with the
+gRPC transport against a do-nothing server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import logging
+import pstats
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import authz_bench` as a script
+
+from authz_bench import AUDIENCE, ISSUER, grpc_frame, make_token, public_jwk
+from cryptography.hazmat.primitives.asymmetric import ec
+from envoy.service.auth.v3.external_auth_pb2 import CheckRequest
+
+from authz import credentials, responses
+from authz.checking import Checker, logged_path
+from authz.decision import Allow, Decider, limit_key
+from authz.jwks import KeyStore, source_for
+from authz.limits import Limiter
+from authz.metrics import Metrics
+from authz.service import AuthorizationService, check_view
+from authz.settings import AuthzSettings
+from authz.surfaces import surface_of
+from authz.tokens import TokenVerifier
+from contract import assertion
+from contract.assertion import new_keys_spec
+from runtime import logs
+
+
+def bench_env(jwks_file: Path) -> dict[str, str]:
+    return {
+        "ORRERY_A2A_JWT_ISSUER": ISSUER,
+        "ORRERY_A2A_JWT_AUDIENCE": AUDIENCE,
+        "ORRERY_CONSOLE_JWT_AUDIENCE": "orrery-console",
+        "ORRERY_CONSOLE_CLIENTS": "console",
+        "ORRERY_A2A_JWKS_FILE": str(jwks_file),
+        "ORRERY_A2A_ASSERTION_KEYS": new_keys_spec("bench"),
+        "ORRERY_A2A_RATE_LIMIT": "100000000/second",
+    }
+
+
+class Parts:
+    """The service and its parts, wired as `authz.server.serve` wires them."""
+
+    def __init__(self, settings: AuthzSettings) -> None:
+        self.metrics = Metrics()
+        self.keys = KeyStore(settings.jwks, source_for(settings.jwks))
+        self.limiter = Limiter(settings.limits)
+        self.verifier = TokenVerifier(
+            settings.tokens,
+            self.keys,
+            cache_size=settings.token_cache_size,
+            on_cache=self.metrics.cache_lookup,
+        )
+        self.decider = Decider(
+            settings.tokens,
+            settings.roles,
+            self.verifier,
+            self.limiter,
+            settings.assertion_keys,
+            memo_size=settings.token_cache_size,
+        )
+        self.service = AuthorizationService(Checker(self.decider, self.metrics))
+        self.settings = settings
+
+
+REPEATS = 5  # the fastest of these: the machine is shared, other load only adds time
+
+
+def per_call(calls: int, body: Callable[..., object], *args: Any) -> float:
+    """CPU µs per `body(*args)`, the fastest of `REPEATS` loops of `calls`."""
+    best = float("inf")
+    for _ in range(REPEATS):
+        started = time.process_time()
+        for _ in range(calls):
+            body(*args)
+        best = min(best, time.process_time() - started)
+    return best / calls * 1e6
+
+
+async def aper_call(calls: int, body: Callable[..., Awaitable[object]], *args: Any) -> float:
+    """`per_call` for a coroutine function."""
+    best = float("inf")
+    for _ in range(REPEATS):
+        started = time.process_time()
+        for _ in range(calls):
+            await body(*args)
+        best = min(best, time.process_time() - started)
+    return best / calls * 1e6
+
+
+async def profile(calls: int, use_cprofile: bool) -> list[tuple[str, float]]:
+    work = Path(tempfile.mkdtemp(prefix="check-profile-"))
+    key = ec.generate_private_key(ec.SECP256R1())
+    (work / "jwks.json").write_text(json.dumps({"keys": [public_jwk("es", key, "ES256")]}))
+    settings = AuthzSettings.from_env(bench_env(work / "jwks.json"))
+    log_file = (work / "decisions.log").open("w")
+    root = logging.getLogger()
+    root.handlers[:] = [logs.JsonLinesHandler(log_file)]
+    root.setLevel(logging.INFO)
+    parts = Parts(settings)
+    await parts.keys.start()
+    frame = grpc_frame(make_token(key, "es", "ES256"))[5:]
+    request = CheckRequest.FromString(frame)
+    view = check_view(request)
+    result = await parts.service.Check(request, None)  # warms the token cache and memos
+    decided = await parts.decider.decide(view)
+    assert isinstance(decided, Allow), decided
+    token = credentials.bearer_token(view.headers)
+    verified = await parts.verifier.verify(token, AUDIENCE, time.time())
+    principal = decided.principal
+    logger = logging.getLogger("authz.decision")
+    now = time.time()
+
+    def sign() -> str:
+        return assertion.sign(
+            settings.assertion_keys,
+            principal,
+            surface="a2a",
+            request_id=decided.request_id,
+            token_expires_at=verified.expires_at,
+            now=int(now),
+        )
+
+    def credential_checks() -> None:
+        credentials.check_query(view.path)
+        surface_of(view.surface, view.path)
+        headers = view.headers
+        credentials.request_id(headers)
+        credentials.check_reserved(headers)
+        credentials.bearer_token(headers)
+
+    def log_line() -> None:
+        logs.event(
+            logger,
+            "decision",
+            decision="allow",
+            reason="ok",
+            status=200,
+            surface="a2a",
+            principal=principal.key,
+            request_id=decided.request_id,
+            path=logged_path(view.path),
+            ms=0.123,
+        )
+
+    response = responses.allowed(decided.assertion, decided.trace_link)
+    principals = parts.decider._principals
+    limited = limit_key("a2a", principal.kind, principal.subject)
+    serialise = response.SerializeToString
+    rows: list[tuple[str, float]] = [
+        (
+            "parse CheckRequest (grpc.aio, before Check)",
+            per_call(calls, CheckRequest.FromString, frame),
+        ),
+        ("check_view", per_call(calls, check_view, request)),
+        ("decide (whole)", await aper_call(calls, parts.decider.decide, view)),
+        ("  credential and route checks", per_call(calls, credential_checks)),
+        (
+            "  verify (cached token)",
+            await aper_call(calls, parts.verifier.verify, token, AUDIENCE, now),
+        ),
+        (
+            "  principal (remembered)",
+            per_call(calls, principals.principal, token, verified.claims, "a2a"),
+        ),
+        ("  assertion.sign (HMAC-SHA256)", per_call(calls, sign)),
+        ("  limiter (in process)", await aper_call(calls, parts.limiter.check, limited)),
+        (
+            "responses.allowed",
+            per_call(calls, responses.allowed, decided.assertion, decided.trace_link),
+        ),
+        ("serialise CheckResponse (grpc.aio, after Check)", per_call(calls, serialise)),
+        ("metrics.decision", per_call(calls, parts.metrics.decision, "allow", "ok", 0.0001)),
+        ("decision log line (write + flush)", per_call(calls, log_line)),
+    ]
+    profiler = cProfile.Profile() if use_cprofile else None
+    if profiler is not None:
+        profiler.enable()
+    end_to_end = await aper_call(calls, parts.service.Check, request, None)
+    rows.append(("Check end to end (no transport)", end_to_end))
+    if profiler is not None:
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    del result
+    await parts.keys.close()
+    await parts.limiter.close()
+    log_file.close()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=10_000)
+    parser.add_argument("--cprofile", action="store_true")
+    args = parser.parse_args()
+    rows = asyncio.run(profile(args.calls, args.cprofile))
+    print(f"{'step of a cached Check':<50}{'CPU us/call':>12}")
+    for name, us in rows:
+        print(f"{name:<50}{us:>12.1f}")
+
+
+if __name__ == "__main__":
+    main()
