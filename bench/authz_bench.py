@@ -17,6 +17,10 @@ Cases:
   (for information) cached ES256 with ORRERY_A2A_LOG_LEVEL=WARNING: what the per-decision
                   JSON log line costs
 
+Then the cost of the diagnostics address beside the Check: authz CPU per `/healthz`, `/readyz`
+and `/metrics` request (200 of each, one at a time), and what a kubelet probing both every 10 s
+plus a scrape every 15 s add per second.
+
 The real service runs as configured by default except the rate limit (set high enough never to
 refuse) and its decision log, which goes to a file (one JSON line per Check, as in production).
 After each run the service's own metrics must show every request allowed, or the run is void.
@@ -295,11 +299,37 @@ def main() -> None:
             for name, (server, body) in cases.items():
                 results[name].append(measure(server, body, args))
             print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr)
+        diagnostics = diagnostics_cost(servers["cached"])
     finally:
         for server in servers.values():
             server.stop()
         shutil.rmtree(work, ignore_errors=True)
     report(results, args)
+    report_diagnostics(diagnostics)
+
+
+DIAGNOSTICS = ("/healthz", "/readyz", "/metrics")
+
+
+def diagnostics_cost(server: Server, requests: int = 200) -> dict[str, float]:
+    """authz CPU (ms) per request to each diagnostics path, off the Check's listener."""
+    cost = {}
+    for path in DIAGNOSTICS:
+        before = server.cpu_seconds()
+        for _ in range(requests):
+            with urllib.request.urlopen(f"http://{server.metrics}{path}", timeout=10) as reply:
+                reply.read()
+        cost[path] = (server.cpu_seconds() - before) / requests * 1e3
+    return cost
+
+
+def report_diagnostics(cost: dict[str, float]) -> None:
+    kubelet = (cost["/healthz"] + cost["/readyz"]) / 10 + cost["/metrics"] / 15
+    print(
+        "diagnostics address, authz CPU per request: "
+        + ", ".join(f"{path} {ms:.2f} ms" for path, ms in cost.items())
+    )
+    print(f"  probes every 10 s and a scrape every 15 s: {kubelet:.3f} ms CPU per second")
 
 
 def report(results: dict[str, list[Run]], args: argparse.Namespace) -> None:
