@@ -30,7 +30,12 @@ from tests.adapter.conftest import (
 )
 from tests.tcp_proxy import TcpProxy
 
-pytestmark = pytest.mark.postgres
+pytestmark = [
+    pytest.mark.postgres,
+    # The a2a-sdk's consumer task (ActiveTask._run_consumer) fails when the store goes away under
+    # it and nobody retrieves its exception: garbage collection reports it. The SDK's, not ours.
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
 
 ALICE_BOT = delegated("bot", "alice")
 IMMEDIATE = {"configuration": {"returnImmediately": True}}
@@ -191,9 +196,12 @@ async def test_the_sweep_ends_a_task_whose_replica_is_gone_on_every_replica(
         ):
             await one.app[RECOVERY].sweep()  # now, not in 30 s (the start-up sweep may be first)
             events = await sse_events(stream)
-        status = events[-1][1]["result"]["statusUpdate"]["status"]
-        assert status["state"] == "TASK_STATE_FAILED"
-        assert status["message"]["metadata"] == {"reason": "turn_lost"}
+        if events:  # subscribed before the end (else refused: the task was already terminal)
+            status = events[-1][1]["result"]["statusUpdate"]["status"]
+            assert status["state"] == "TASK_STATE_FAILED"
+            assert status["message"]["metadata"] == {"reason": "turn_lost"}
+        stored = (await two.rpc(ALICE_BOT, "GetTask", {"id": task_id})).json()["result"]
+        assert stored["status"]["message"]["metadata"] == {"reason": "turn_lost"}
         assert await two.app[RECOVERY].sweep() == 0
         assert sum(lost(server) for server in (one, two)) == 1
 
