@@ -3,7 +3,7 @@
 Routes: `POST /a2a` and `/a2a/` (JSON-RPC), `GET /.well-known/agent-card.json` (public card),
 `GET /.well-known/jwks.json` (the keys that verify the cards' signatures),
 `GET|POST /approvals/{action_id}` (approvals surface), `GET /healthz` (liveness), `GET /readyz`
-(the stores and the limiter answer), `GET /metrics` (Prometheus).
+(the stores answer), `GET /metrics` (Prometheus).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import asyncio
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -31,6 +31,8 @@ from adapter.gateway import AgentGateway, GatewayContext, load_gateway
 from adapter.handler import RequestHandler
 from adapter.limits import IN_FLIGHT, SUBSCRIPTIONS, Cap, Limiter, MemoryLimiter, RedisLimiter
 from adapter.metrics import CONTENT_TYPE, Metrics
+from adapter.outage import Outage
+from adapter.recovery import Recovery
 from adapter.retries import Retries
 from adapter.settings import AdapterSettings
 from adapter.stores import Stores, open_stores
@@ -47,6 +49,8 @@ logger = logging.getLogger("adapter")
 # A task parked in input-required keeps an SDK ActiveTask (two asyncio tasks) in memory; release it
 # after this long, a follow-up recreates it from the store.
 PARKED_TASK_RELEASE_SECONDS = 60.0
+# How long a stop waits for the turns it ended to return (each ends its task FAILED first).
+TURNS_STOP_SECONDS = 2.0
 
 
 def public_origin(public_url: str) -> str:
@@ -63,6 +67,7 @@ def approvals_base_url(public_url: str) -> str:
 AGENT = web.AppKey("agent", DefaultRequestHandler)
 GATEWAY = web.AppKey("gateway", AgentGateway)
 METRICS = web.AppKey("metrics", Metrics)
+RECOVERY = web.AppKey("recovery", Recovery)
 
 
 async def make_app(
@@ -139,14 +144,23 @@ def _assemble(
         return signer.sign(extended_card(base, await gateway.inventory()))
 
     metrics = Metrics()
+    outage = Outage(stores.outage_errors, metrics)
     turns = Turns(limiters.turns, metrics)
+    recovery = Recovery(
+        stores.tasks, stores.sdk_tasks, outage, metrics, turn_deadline=settings.turn_deadline
+    )
+    executor = GatewayExecutor(
+        gateway,
+        approvals_base_url(settings.public_url),
+        deadline=settings.turn_deadline,
+        stopping=turns.stopping,
+        metrics=metrics,
+    )
     handler = RequestHandler(
         confirmations=gateway.confirmations,
         retries=Retries(stores.claims, stores.sdk_tasks),
         tasks=stores.tasks,
-        agent_executor=turns.executor(
-            GatewayExecutor(gateway, approvals_base_url(settings.public_url))
-        ),
+        agent_executor=recovery.executor(turns.executor(executor)),
         task_store=stores.sdk_tasks,
         agent_card=card,
         request_context_builder=TaskContextBuilder(stores.sdk_tasks),
@@ -156,24 +170,30 @@ def _assemble(
         event_stream=stores.events,
         interrupted_task_timeout=PARKED_TASK_RELEASE_SECONDS,
     )
-    drain = Drain()
+
+    async def stop_turns() -> None:
+        await turns.stop(TURNS_STOP_SECONDS)
+
+    drain = Drain(before_end=stop_turns)
     dispatcher = Dispatcher(
         handler=handler,
         keys=settings.assertion_keys,
         max_body_bytes=settings.max_body_bytes,
         turns=turns,
         subscriptions=limiters.subscriptions,
-        streams=Streams(handler, drain=drain, keepalive=settings.sse_keepalive),
+        streams=Streams(handler, drain=drain, keepalive=settings.sse_keepalive, outage=outage),
         metrics=metrics,
+        outage=outage,
     )
-    approvals = ApprovalsEndpoint(settings.assertion_keys, gateway.confirmations, metrics)
-    probes = Probes(stores, limiters, metrics)
+    approvals = ApprovalsEndpoint(settings.assertion_keys, gateway.confirmations, metrics, outage)
+    probes = Probes(stores, limiters, metrics, outage)
 
     app = web.Application(client_max_size=settings.max_body_bytes)
     app[AGENT] = handler
     app[GATEWAY] = gateway
     app[METRICS] = metrics
     app[PROBES] = probes
+    app[RECOVERY] = recovery
     a2a = traced(tracer, "A2A", dispatcher.handle)
     app.router.add_post("/a2a", a2a)
     app.router.add_post("/a2a/", a2a)
@@ -186,15 +206,23 @@ def _assemble(
         app.router.add_get("/readyz", probes.readyz)
         app.router.add_get("/metrics", probes.metrics)
 
+    async def on_startup(_: web.Application) -> None:
+        recovery.start()  # its first sweep now: this replica may be the one that crashed
+
     async def on_shutdown(_: web.Application) -> None:
         probes.stopping = True
         drain.start(settings.shutdown_grace)
 
     async def on_cleanup(_: web.Application) -> None:
+        # Turns still running (none after a full drain) end their tasks while the store is open.
+        await stop_turns()
+        await drain.close()
+        await recovery.close()
         await handler.aclose()
         await limiters.close()
         await stores.close()
 
+    app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
     app.on_cleanup.append(on_cleanup)
     return app
@@ -205,13 +233,21 @@ class Probes:
     (`/healthz`, `/readyz`, `/metrics`) or, with `ORRERY_A2A_ADAPTER_DIAG_ADDR`, only on the
     diagnostics address (`runtime.diag`), so probes and scrapes never share the A2A socket.
 
-    Ready means the task store, the approval store and the in-flight limiter (Redis, when shared)
-    answer, and no stop has begun (a draining adapter leaves the load balancer's rotation first)."""
+    Ready means the task store and the approval store answer, and no stop has begun (a draining
+    adapter leaves the load balancer's rotation first). The shared limiter (Redis) is reported
+    (`limiter: unavailable`) but does not make the adapter unready: only turns and subscriptions
+    need it (they are refused 503 `limiter_unavailable` meanwhile), while reads, cancels and
+    approvals work without it — and every replica shares the one Redis, so taking replicas out
+    for it would take those out too. A store that does not answer is one `store_unavailable`
+    incident (`outage.py`), not a log line per probe."""
 
-    def __init__(self, stores: Stores, limiters: _Limiters, metrics: Metrics) -> None:
+    def __init__(
+        self, stores: Stores, limiters: _Limiters, metrics: Metrics, outage: Outage
+    ) -> None:
         self._stores = stores
         self._limiters = limiters
         self._metrics = metrics
+        self._outage = outage
         self.stopping = False
 
     async def readiness(self) -> Readiness:
@@ -221,18 +257,28 @@ class Probes:
         for name, ping in (
             ("tasks", self._stores.tasks.ping),
             ("approvals", self._stores.confirmations.ping),
-            ("limiter", self._limiters.turns.ping),  # the subscriptions' is the same Redis
         ):
-            try:
-                await ping()
-                checks[name] = "ok"
-            except Exception as exc:  # noqa: BLE001 - any failure means "not ready"
-                checks[name] = "unavailable"
+            checks[name] = await self._check(name, ping)
+        if checks["tasks"] == "ok":
+            self._outage.answered()
+        checks["serving"] = "ok"
+        ready = all(value == "ok" for value in checks.values())
+        # the subscriptions' limiter is the same Redis
+        checks["limiter"] = await self._check("limiter", self._limiters.turns.ping)
+        return Readiness(ready, checks)
+
+    async def _check(self, name: str, ping: Callable[[], Awaitable[None]]) -> str:
+        try:
+            await ping()
+        except Exception as exc:  # noqa: BLE001 - any failure means "unavailable"
+            if self._outage.caused(exc):
+                self._outage.failed(exc)
+            else:
                 logs.event(
                     logger, "not_ready", logging.WARNING, check=name, error_type=type(exc).__name__
                 )
-        checks["serving"] = "ok"
-        return Readiness(all(value == "ok" for value in checks.values()), checks)
+            return "unavailable"
+        return "ok"
 
     async def render(self) -> bytes:
         """The Prometheus text, with the gauges read at scrape time refreshed first."""

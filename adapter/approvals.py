@@ -32,6 +32,7 @@ from adapter import tracing
 from adapter.envelope import loads_utf8
 from adapter.errors import Refusal
 from adapter.metrics import Metrics
+from adapter.outage import Outage
 from adapter.principal import verify_request
 from adapter.responses import refusal_response
 from adapter.stores.protocols import ConfirmationStore, Decision, DecisionOutcome
@@ -85,10 +86,23 @@ async def _read_decision(request: web.Request) -> Decision:
 class ApprovalsEndpoint:
     """`GET`/`POST /approvals/{action_id}` for the delegating human (approvals surface)."""
 
-    def __init__(self, keys: AssertionKeys, store: ConfirmationStore, metrics: Metrics) -> None:
+    def __init__(
+        self, keys: AssertionKeys, store: ConfirmationStore, metrics: Metrics, outage: Outage
+    ) -> None:
         self._keys = keys
         self._store = store
         self._metrics = metrics
+        self._outage = outage
+
+    def _unavailable(
+        self, request: web.Request, action: str, principal: Principal, exc: Exception
+    ) -> web.Response:
+        """The store could not be reached: 503 `store_unavailable` (`outage.py`)."""
+        if not self._outage.caused(exc):
+            raise exc
+        refusal = self._outage.failed(exc)
+        self._log(request, action, refusal.reason, principal.key)
+        return refusal_response(refusal)
 
     def _human(self, request: web.Request, action: str) -> Principal | web.Response:
         """The verified human on the approvals surface, or the 401 to answer."""
@@ -110,9 +124,12 @@ class ApprovalsEndpoint:
             return _answer(action_id, "bad_request", 400, refusal.description)
         outcome: DecisionOutcome = "not_found"
         if ACTION_ID.fullmatch(action_id) and principal.kind == "human":
-            outcome = await self._store.decide(
-                action_id, subject=principal.subject, decision=decision
-            )
+            try:
+                outcome = await self._store.decide(
+                    action_id, subject=principal.subject, decision=decision
+                )
+            except Exception as exc:  # noqa: BLE001 - an outage is a 503; anything else re-raised
+                return self._unavailable(request, "decide", principal, exc)
         status, message = _ANSWERS[outcome]
         self._log(request, "decide", outcome, principal.key, decision)
         return _answer(action_id, outcome, status, message)
@@ -125,7 +142,10 @@ class ApprovalsEndpoint:
         action_id = request.match_info["action_id"]
         entry = None
         if ACTION_ID.fullmatch(action_id) and principal.kind == "human":
-            entry = await self._store.get(action_id, subject=principal.subject)
+            try:
+                entry = await self._store.get(action_id, subject=principal.subject)
+            except Exception as exc:  # noqa: BLE001 - an outage is a 503; anything else re-raised
+                return self._unavailable(request, "show", principal, exc)
         self._log(request, "show", "ok" if entry else "not_found", principal.key)
         if entry is None:
             status, message = _ANSWERS["not_found"]

@@ -22,8 +22,9 @@ refused cheapest-first:
 Steps 3 to 5 are the envelope's (`envelope.py`), the cap is `turns.py`'s, and the streaming
 methods are answered as SSE by `streams.py`. Every JSON-RPC error is HTTP 200 with `error.data` =
 `[google.rpc.ErrorInfo]`; an unexpected exception is -32603 with a fixed message and its type
-logged. Each request ends in one `a2a_request` log event, one metrics observation and the span's
-attributes, all with the same outcome.
+logged — except a task store that cannot be reached, which is HTTP 503 `store_unavailable` with
+`Retry-After` (`outage.py`). Each request ends in one `a2a_request` log event, one metrics
+observation and the span's attributes, all with the same outcome.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from adapter.errors import BodyTooLarge, Refusal, TokenExpired
 from adapter.limits import Limiter
 from adapter.messages import check_message
 from adapter.metrics import Metrics
+from adapter.outage import Outage
 from adapter.principal import PrincipalUser, verify_assertion
 from adapter.responses import refusal_response
 from adapter.streams import Streams, log_internal_error
@@ -74,6 +76,8 @@ from runtime import logs
 logger = logging.getLogger("adapter.a2a")
 
 Answer = tuple[web.StreamResponse, str]  # the response and its outcome for logs and metrics
+# The unary methods that read or write the task store: their success ends a store outage.
+STORED = TURNS | {"GetTask", "ListTasks", "CancelTask"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,7 @@ class Dispatcher:
         subscriptions: Limiter,
         streams: Streams,
         metrics: Metrics,
+        outage: Outage,
     ) -> None:
         self._keys = keys
         self._max_body = max_body_bytes
@@ -106,6 +111,7 @@ class Dispatcher:
         self._subscriptions = subscriptions
         self._streams = streams
         self._metrics = metrics
+        self._outage = outage
         self._unary: dict[str, Callable[[Any, ServerCallContext], Awaitable[Any]]] = {
             "SendMessage": handler.on_message_send,
             "GetTask": handler.on_get_task,
@@ -195,7 +201,7 @@ class Dispatcher:
         except Refusal:
             raise  # the handler's HTTP-level refusal (no room for a new task): handle() answers
         except Exception as exc:  # noqa: BLE001 - see _failed
-            return _failed(request.rpc_id, exc)
+            return self._failed(request.rpc_id, exc)
         return await stream.serve(http)  # from here on, errors are events of the stream
 
     async def _answer_unary(self, call: _Call) -> Answer:
@@ -206,8 +212,23 @@ class Dispatcher:
         except Refusal:
             raise  # the handler's HTTP-level refusal (no room for a new task): handle() answers
         except Exception as exc:  # noqa: BLE001 - see _failed
-            return _failed(request.rpc_id, exc)
+            return self._failed(request.rpc_id, exc)
+        if request.method in STORED:
+            self._outage.answered()
         return web.Response(body=dumps(body), content_type=JSON), "ok"
+
+    def _failed(self, rpc_id: RpcId, exc: Exception) -> Answer:
+        """An A2A error's own answer; a store that cannot be reached is a 503 (raised as the
+        refusal); anything else unexpected is -32603, its type logged (never its message: it
+        can carry request data or internals)."""
+        if (not isinstance(exc, A2AError) or isinstance(exc, InternalError)) and (
+            self._outage.caused(exc)
+        ):
+            raise self._outage.failed(exc) from None
+        if isinstance(exc, A2AError):
+            return _error(rpc_id, exc)
+        log_internal_error(exc)
+        return _error(rpc_id, InternalError())
 
     def _record(
         self,
@@ -249,15 +270,6 @@ class Dispatcher:
 def _error(rpc_id: RpcId, error: A2AError) -> Answer:
     response = web.Response(body=dumps(error_body(rpc_id, error)), content_type=JSON)
     return response, error_reason(error)
-
-
-def _failed(rpc_id: RpcId, exc: Exception) -> Answer:
-    """An A2A error's own answer; anything unexpected is -32603, its type logged (never its
-    message: it can carry request data or internals)."""
-    if isinstance(exc, A2AError):
-        return _error(rpc_id, exc)
-    log_internal_error(exc)
-    return _error(rpc_id, InternalError())
 
 
 def _too_large(limit: int) -> Refusal:

@@ -217,7 +217,7 @@ def error_body(rpc_id: RpcId, error: A2AError) -> dict[str, Any]:
     it as well as into a `google.rpc.BadRequest` detail, so the list is dropped from the metadata
     (BadRequest keeps it) and any other non-string value is JSON-encoded.
     """
-    details = build_error_details(error)
+    details = _details(error)
     info = details[0]
     info["metadata"] = {
         key: value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
@@ -237,4 +237,16 @@ def error_body(rpc_id: RpcId, error: A2AError) -> dict[str, Any]:
 
 def error_reason(error: A2AError) -> str:
     """The error's stable `ErrorInfo.reason` (also the outcome in logs and metrics)."""
-    return str(build_error_details(error)[0]["reason"])
+    return str(_details(error)[0]["reason"])
+
+
+# JSON-RPC's parse error has no reason in the a2a-sdk's mapping (it would say `UNKNOWN_ERROR`):
+# give it one of its own, the same in the body, the log event and the metrics.
+PARSE_ERROR = "PARSE_ERROR"
+
+
+def _details(error: A2AError) -> list[dict[str, Any]]:
+    details = build_error_details(error)
+    if isinstance(error, JSONParseError):
+        details[0]["reason"] = PARSE_ERROR
+    return details

@@ -125,12 +125,28 @@ class ApprovalStoreFull(ApprovalRefused):
         super().__init__(f"{limit} guarded actions already wait for a decision here", limit=limit)
 
 
-class LimiterUnavailable(Refusal):
+class Unavailable(Refusal):
+    """503 with `Retry-After`: something the request needs is down for now; the same request
+    may succeed later."""
+
+    status = 503
+    retry_after: ClassVar[int] = 1
+
+
+class LimiterUnavailable(Unavailable):
     """503: a shared counter (Redis: turns in flight, open subscriptions) cannot be reached; fail
     closed."""
 
-    status = 503
     default_reason = "limiter_unavailable"
+
+
+class StoreUnavailable(Unavailable):
+    """503: the task store (PostgreSQL) cannot be reached — down, restarting, or its connections
+    were cut. Nothing was answered from it; retry (a turn's retry with the same `messageId` finds
+    its task if the first send made one)."""
+
+    default_reason = "store_unavailable"
+    retry_after = 2
 
 
 class GatewayLoadError(Exception):

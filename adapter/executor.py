@@ -16,6 +16,9 @@ For each message the executor derives the session id from the verified principal
   result (spec 3.2.2: a blocking send answers the task in its terminal state), so the caller
   learns which task failed; the exception is logged by its type only (its message can carry
   internals) and never leaves the server.
+* a gateway call past `ORRERY_A2A_TURN_DEADLINE`, or still running when the adapter's shutdown
+  grace is over → cancelled, and `TASK_STATE_FAILED` with the reason (`endings.py`), so the turn's
+  in-flight slot is freed and no task is left `TASK_STATE_SUBMITTED`.
 
 A follow-up message on an input-required task resumes the turn: the action id comes from the
 *stored* task status (server data), never from the message, and the message text — whatever it
@@ -30,6 +33,7 @@ so a retry of that message finds it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from typing import Any
@@ -41,9 +45,11 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 from google.protobuf import struct_pb2, timestamp_pb2
 
+from adapter.endings import Reason, agent_message, failed_event, stamped
 from adapter.errors import ApprovalRefused
 from adapter.gateway import AgentGateway, Pending, Reply, Turn, redact
 from adapter.messages import check_message
+from adapter.metrics import Metrics
 from adapter.principal import principal_of
 from adapter.retries import new_task_id
 from adapter.sessions import session_id
@@ -52,31 +58,6 @@ from runtime import logs
 
 logger = logging.getLogger("adapter.executor")
 
-FAILED_TEXT = (
-    "The agent could not finish this turn, and this task has failed; nothing more will happen "
-    "on it. Send the message again as a new task to retry."
-)
-
-
-def _status(state: int, message: pb.Message | None = None) -> pb.TaskStatus:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.GetCurrentTime()
-    # a2a-sdk's stub wants its TaskState enum; the proto field takes the int we hold
-    status = pb.TaskStatus(state=state, timestamp=stamp)  # type: ignore[arg-type]
-    if message is not None:
-        status.message.CopyFrom(message)
-    return status
-
-
-def _agent_message(task_id: str, context_id: str, parts: list[pb.Part]) -> pb.Message:
-    return pb.Message(
-        message_id=uuid.uuid4().hex,
-        role=pb.ROLE_AGENT,
-        task_id=task_id,
-        context_id=context_id,
-        parts=parts,
-    )
-
 
 def _data_part(value: dict[str, Any]) -> pb.Part:
     data = struct_pb2.Value()
@@ -84,21 +65,14 @@ def _data_part(value: dict[str, Any]) -> pb.Part:
     return pb.Part(data=data, media_type="application/json")
 
 
-def _failed(task_id: str, context_id: str) -> pb.TaskStatusUpdateEvent:
-    message = _agent_message(task_id, context_id, [pb.Part(text=FAILED_TEXT)])
-    return pb.TaskStatusUpdateEvent(
-        task_id=task_id, context_id=context_id, status=_status(pb.TASK_STATE_FAILED, message)
-    )
-
-
 def _refused(task_id: str, context_id: str, refused: ApprovalRefused) -> pb.TaskStatusUpdateEvent:
     """`TASK_STATE_REJECTED` (spec: the agent will not proceed) with the refusal's text, and its
     reason code and limit as the message's `metadata`, so a client can tell a quota from the
     agent's own refusal."""
-    message = _agent_message(task_id, context_id, [pb.Part(text=refused.description)])
+    message = agent_message(task_id, context_id, [pb.Part(text=refused.description)])
     message.metadata.update({"reason": refused.reason, "limit": refused.limit})
     return pb.TaskStatusUpdateEvent(
-        task_id=task_id, context_id=context_id, status=_status(pb.TASK_STATE_REJECTED, message)
+        task_id=task_id, context_id=context_id, status=stamped(pb.TASK_STATE_REJECTED, message)
     )
 
 
@@ -114,12 +88,31 @@ def pending_action_id(task: pb.Task | None) -> str | None:
     return None
 
 
-class GatewayExecutor(AgentExecutor):
-    """Runs one turn through the gateway and publishes its final outcome only."""
+DEFAULT_TURN_DEADLINE = 120.0  # seconds (`ORRERY_A2A_TURN_DEADLINE`)
 
-    def __init__(self, gateway: AgentGateway, approvals_base_url: str) -> None:
+
+class GatewayExecutor(AgentExecutor):
+    """Runs one turn through the gateway and publishes its final outcome only.
+
+    The gateway call is bounded: past `deadline` seconds, or once `stopping` is set (the
+    adapter's shutdown grace is over), it is cancelled and the task ends FAILED
+    (`endings.py`) — the run returns, so its in-flight slot is freed and its subscribers hear the
+    end."""
+
+    def __init__(
+        self,
+        gateway: AgentGateway,
+        approvals_base_url: str,
+        *,
+        deadline: float = DEFAULT_TURN_DEADLINE,
+        stopping: asyncio.Event | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self._gateway = gateway
         self._approvals_base_url = approvals_base_url.rstrip("/")
+        self._deadline = deadline
+        self._stopping = stopping or asyncio.Event()
+        self._metrics = metrics
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         message = context.message
@@ -134,7 +127,7 @@ class GatewayExecutor(AgentExecutor):
                 pb.Task(
                     id=task_id,
                     context_id=context_id,
-                    status=_status(pb.TASK_STATE_SUBMITTED),
+                    status=stamped(pb.TASK_STATE_SUBMITTED),
                     history=[message],
                 )
             )
@@ -151,12 +144,16 @@ class GatewayExecutor(AgentExecutor):
             resume_action_id=pending_action_id(task),
         )
         try:
-            outcome = await self._gateway.run_in_session(turn)
+            outcome = await self._run(turn)
         except ApprovalRefused as refused:  # a quota: the turn is refused, not failed
             logs.event(
                 logger, "approval_refused", logging.WARNING, task_id=task_id, reason=refused.reason
             )
             await event_queue.enqueue_event(_refused(task_id, context_id, refused))
+            return
+        except _Cut as cut:
+            logs.event(logger, "turn_ended", logging.WARNING, task_id=task_id, reason=cut.reason)
+            await self._end(event_queue, task_id, context_id, cut.reason)
             return
         except Exception as exc:  # noqa: BLE001 - any gateway failure fails the task, never the server
             logs.event(
@@ -166,10 +163,37 @@ class GatewayExecutor(AgentExecutor):
                 task_id=task_id,
                 error_type=type(exc).__name__,
             )
-            await event_queue.enqueue_event(_failed(task_id, context_id))
+            await self._end(event_queue, task_id, context_id, "gateway_failed")
             return
         for event in self._events(outcome, task_id, context_id):
             await event_queue.enqueue_event(event)
+
+    async def _run(self, turn: Turn) -> Reply | Pending:
+        """The gateway's outcome, or `_Cut` at the deadline or when the adapter stops."""
+        if self._stopping.is_set():
+            raise _Cut("adapter_stopped")
+        run = asyncio.ensure_future(self._gateway.run_in_session(turn))
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait({run, stop}, timeout=self._deadline, return_when="FIRST_COMPLETED")
+            if run.done():
+                return run.result()
+            raise _Cut("adapter_stopped" if stop.done() else "turn_deadline")
+        finally:
+            # Cancel what is left and wait for it without taking its outcome: a cancellation of
+            # this run itself (the SDK's cancel, a teardown) still propagates.
+            left = {waiting for waiting in (run, stop) if not waiting.done()}
+            for waiting in left:
+                waiting.cancel()
+            if left:
+                await asyncio.wait(left)
+
+    async def _end(
+        self, event_queue: EventQueue, task_id: str, context_id: str, reason: Reason
+    ) -> None:
+        if self._metrics is not None:
+            self._metrics.turns_ended.labels(reason).inc()
+        await event_queue.enqueue_event(failed_event(task_id, context_id, reason))
 
     def _events(
         self, outcome: Reply | Pending, task_id: str, context_id: str
@@ -185,13 +209,13 @@ class GatewayExecutor(AgentExecutor):
                 "approve_url": f"{self._approvals_base_url}/{entry.action_id}",
             }
             parts = [pb.Part(text=outcome.summary), _data_part(data)]
-            status = _status(
-                pb.TASK_STATE_INPUT_REQUIRED, _agent_message(task_id, context_id, parts)
+            status = stamped(
+                pb.TASK_STATE_INPUT_REQUIRED, agent_message(task_id, context_id, parts)
             )
             return [pb.TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status)]
         if outcome.rejected:
-            message = _agent_message(task_id, context_id, [pb.Part(text=outcome.text)])
-            status = _status(pb.TASK_STATE_REJECTED, message)
+            message = agent_message(task_id, context_id, [pb.Part(text=outcome.text)])
+            status = stamped(pb.TASK_STATE_REJECTED, message)
             return [pb.TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status)]
         artifact = pb.Artifact(
             artifact_id=uuid.uuid4().hex, name="reply", parts=[pb.Part(text=outcome.text)]
@@ -199,7 +223,7 @@ class GatewayExecutor(AgentExecutor):
         return [
             pb.TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id, artifact=artifact),
             pb.TaskStatusUpdateEvent(
-                task_id=task_id, context_id=context_id, status=_status(pb.TASK_STATE_COMPLETED)
+                task_id=task_id, context_id=context_id, status=stamped(pb.TASK_STATE_COMPLETED)
             ),
         ]
 
@@ -208,9 +232,17 @@ class GatewayExecutor(AgentExecutor):
         if task_id and context_id:
             await event_queue.enqueue_event(
                 pb.TaskStatusUpdateEvent(
-                    task_id=task_id, context_id=context_id, status=_status(pb.TASK_STATE_CANCELED)
+                    task_id=task_id, context_id=context_id, status=stamped(pb.TASK_STATE_CANCELED)
                 )
             )
+
+
+class _Cut(Exception):
+    """The turn was cut short (not by the gateway): the task ends FAILED for `reason`."""
+
+    def __init__(self, reason: Reason) -> None:
+        super().__init__(reason)
+        self.reason: Reason = reason
 
 
 class TaskContextBuilder(RequestContextBuilder):

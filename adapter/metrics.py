@@ -9,6 +9,9 @@
 * `orrery_a2a_tasks_stored` — tasks in the task store (all owners), read at scrape time.
 * `orrery_a2a_approvals_pending` — guarded actions waiting for their human (all subjects,
   unexpired), read at scrape time.
+* `orrery_a2a_turns_ended_total{reason}` — turns the adapter ended FAILED because they could not
+  finish (`endings.py`: `gateway_failed`, `turn_deadline`, `adapter_stopped`, `turn_lost`).
+* `orrery_a2a_store_up` — 0 while the task store is unreachable (an outage, `outage.py`), else 1.
 * `orrery_a2a_build_info{version}`, the standard `process_*` metrics, and no `*_created` series
   (`runtime.metrics`).
 """
@@ -84,6 +87,19 @@ class Metrics:
             "Guarded actions waiting for a decision (all subjects, unexpired).",
             registry=self.registry,
         )
+
+        self.turns_ended = Counter(
+            "orrery_a2a_turns_ended",
+            "Turns ended FAILED because they could not finish, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.store_up = Gauge(
+            "orrery_a2a_store_up",
+            "0 while the task store is unreachable, else 1.",
+            registry=self.registry,
+        )
+        self.store_up.set(1)
 
     def observe(self, method: str, outcome: str, seconds: float) -> None:
         self.requests.labels(method, outcome).inc()

@@ -6,7 +6,9 @@
   error body (docs/contract.md#turns-in-flight), id null because the body was not read, code
   -32000 (JSON-RPC's implementation-defined server-error range, outside A2A's -32001…-32009),
   `ErrorInfo{reason: TOO_MANY_IN_FLIGHT | TOO_MANY_SUBSCRIPTIONS, domain: orrery-a2a}`;
-* anything else (413, 503): `{"error", "error_description"}`.
+* 503 (`limiter_unavailable`, `store_unavailable`): `Retry-After` and `{"error",
+  "error_description"}`;
+* anything else (413): `{"error", "error_description"}`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from adapter.errors import OverCap, Refusal, Unauthenticated
+from adapter.errors import OverCap, Refusal, Unauthenticated, Unavailable
 from contract.headers import BEARER_CHALLENGE
 
 ORRERY_DOMAIN = "orrery-a2a"
@@ -61,6 +63,8 @@ def refusal_response(refusal: Refusal) -> web.Response:
         body: dict[str, Any] = over_cap_body(refusal)
     else:
         body = {"error": refusal.reason, "error_description": refusal.description}
+        if isinstance(refusal, Unavailable):
+            headers["Retry-After"] = str(refusal.retry_after)
         if isinstance(refusal, Unauthenticated):
             headers["WWW-Authenticate"] = BEARER_CHALLENGE
     return web.Response(

@@ -172,6 +172,7 @@ class AdapterSettings:
     max_pending_approvals_per_owner: int
     shutdown_grace: float
     sse_keepalive: float
+    turn_deadline: float
     log_level: str
     card_auth: CardAuth
     card_signing_keys: tuple[CardSigningKey, ...] = ()
@@ -242,6 +243,10 @@ class AdapterSettings:
             # Proxies close a silent stream (Envoy: 300 s); a comment line every interval keeps
             # a stream that waits on a slow turn open. Well below any proxy's idle timeout.
             sse_keepalive=reader.seconds("ORRERY_A2A_SSE_KEEPALIVE", "15s", minimum=0.1),
+            # A turn (the gateway call) longer than this ends FAILED `turn_deadline` and frees
+            # its slot. Below Envoy's 300 s stream idle timeout, so a blocking SendMessage hears
+            # its task's end instead of a 504 from the proxy.
+            turn_deadline=reader.seconds("ORRERY_A2A_TURN_DEADLINE", "2m", minimum=0.1),
             log_level=reader.log_level("ORRERY_A2A_LOG_LEVEL"),
             card_auth=_card_auth(reader),
             card_signing_keys=(

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Literal
 
 from a2a.server.context import ServerCallContext
@@ -45,6 +45,7 @@ from adapter.envelope import (
     success,
     task_result,
 )
+from adapter.outage import Outage
 from adapter.responses import orrery_error_body
 from adapter.stores.protocols import INTERRUPTED, TERMINAL
 from runtime import logs
@@ -67,18 +68,41 @@ Events = AsyncGenerator[Any, None]
 Waited = Literal["event", "drained", "token_expired"]
 
 
-class Drain:
-    """Shutdown state shared by the streams: `expired` completes when their grace is over."""
+# Once the grace is over, how long a stream still waits for its task's last event (the turns were
+# just ended, `before_end`) before it sends the task's snapshot instead.
+LAST_EVENT_WAIT = 1.0
 
-    def __init__(self) -> None:
+
+class Drain:
+    """Shutdown state shared by the streams: `expired` completes when their grace is over, after
+    `before_end` (ending the turns still running, so the streams' last events tell their end)."""
+
+    def __init__(self, before_end: Callable[[], Awaitable[None]] | None = None) -> None:
         self.expired: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._before_end = before_end
+        self._ending: asyncio.Task[None] | None = None
 
     def start(self, grace: float) -> None:
-        def expire() -> None:
-            if not self.expired.done():
-                self.expired.set_result(None)
+        async def end() -> None:
+            await asyncio.sleep(grace)
+            try:
+                if self._before_end is not None:
+                    await self._before_end()
+            finally:
+                if not self.expired.done():
+                    self.expired.set_result(None)
 
-        asyncio.get_running_loop().call_later(grace, expire)
+        if self._ending is None:
+            self._ending = asyncio.get_running_loop().create_task(end(), name="drain")
+
+    async def close(self) -> None:
+        """The server is gone: stop waiting for the grace."""
+        if self._ending is not None:
+            self._ending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ending
+        if not self.expired.done():
+            self.expired.set_result(None)
 
 
 def log_internal_error(exc: BaseException) -> None:
@@ -89,10 +113,13 @@ def log_internal_error(exc: BaseException) -> None:
 class Streams:
     """Opens the SDK's event stream of a streaming call; the `OpenStream` then serves it as SSE."""
 
-    def __init__(self, handler: DefaultRequestHandler, *, drain: Drain, keepalive: float) -> None:
+    def __init__(
+        self, handler: DefaultRequestHandler, *, drain: Drain, keepalive: float, outage: Outage
+    ) -> None:
         self.handler = handler
         self.drain = drain
         self.keepalive = keepalive
+        self.outage = outage
 
     async def open(
         self, call: Request, context: ServerCallContext, token_expires_at: float
@@ -178,11 +205,8 @@ class OpenStream:
                 event = pending.result()
             except StopAsyncIteration:
                 return "ok"
-            except A2AError as error:
-                return await self._fail(error)
-            except Exception as exc:  # noqa: BLE001 - an error event, type logged
-                log_internal_error(exc)
-                return await self._fail(InternalError())
+            except Exception as exc:  # noqa: BLE001 - an error event, see _error
+                return await self._error(exc)
 
     async def _next_or_keep_alive(self, pending: asyncio.Future[Any]) -> Waited:
         """Wait for the stream's next event (`pending`), writing a keep-alive comment after each
@@ -203,7 +227,10 @@ class OpenStream:
                 )
                 if pending in done:
                     return "event"
-                if done:  # the shutdown grace is over
+                if done:  # the shutdown grace is over: the task's last event, or its snapshot
+                    done, _ = await asyncio.wait({pending}, timeout=LAST_EVENT_WAIT)
+                    if pending in done:
+                        return "event"
                     waited = "drained"
                     break
                 if time.time() < self._deadline:
@@ -225,6 +252,28 @@ class OpenStream:
             await self._fail(error)
             return
         await self._write(success(self._rpc_id, task_result(task)))
+
+    async def _error(self, exc: Exception) -> str:
+        """End the stream with an error event: the A2A error, a store outage's retryable
+        `STORE_UNAVAILABLE`, or -32603 for anything else (its type logged)."""
+        internal = not isinstance(exc, A2AError) or isinstance(exc, InternalError)
+        if internal and self._streams.outage.caused(exc):
+            return await self._store_unavailable(exc)
+        if isinstance(exc, A2AError):
+            return await self._fail(exc)
+        log_internal_error(exc)
+        return await self._fail(InternalError())
+
+    async def _store_unavailable(self, exc: BaseException) -> str:
+        """The store went away mid-stream: a retryable `STORE_UNAVAILABLE` error event
+        (`outage.py`); the caller reads or subscribes again."""
+        refusal = self._streams.outage.failed(exc)
+        metadata = {"retry_after": str(refusal.retry_after)}
+        await self._write(
+            orrery_error_body(self._rpc_id, "STORE_UNAVAILABLE", refusal.description, metadata),
+            event="error",
+        )
+        return refusal.reason
 
     async def _fail(self, error: A2AError) -> str:
         """Send `error` as an `error` event; its reason is the stream's outcome."""

@@ -13,10 +13,17 @@ the only holder.
 The executor's run finds its turn by the request's `ServerCallContext`, the object the SDK hands
 to `AgentExecutor.execute` as `RequestContext.call_context`. A run that starts after its request
 already let go (queued behind the task's previous turn) is not counted again.
+
+`Turns` also ends them when the adapter stops: `stop()` sets `stopping`, which the executor
+watches (a run still in the gateway ends its task FAILED `adapter_stopped`), and waits, bounded,
+until no run is left — so the streams' final events and the store's last writes come after every
+task's end, never before it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -43,6 +50,10 @@ class Turns:
         self._limiter = limiter
         self._metrics = metrics
         self._turns: dict[int, _Turn] = {}  # id(context) -> turn; the turn keeps its context alive
+        self.stopping = asyncio.Event()  # the executor ends a run still in the gateway once set
+        self._runs = 0
+        self._no_runs = asyncio.Event()
+        self._no_runs.set()
 
     @asynccontextmanager
     async def admitted(self, principal_key: str, context: ServerCallContext) -> AsyncIterator[None]:
@@ -58,6 +69,18 @@ class Turns:
     @asynccontextmanager
     async def running(self, context: ServerCallContext) -> AsyncIterator[None]:
         """Keep the turn of `context` (if it is still held) while the executor runs it."""
+        self._runs += 1
+        self._no_runs.clear()
+        try:
+            async with self._holding(context):
+                yield
+        finally:
+            self._runs -= 1
+            if not self._runs:
+                self._no_runs.set()
+
+    @asynccontextmanager
+    async def _holding(self, context: ServerCallContext) -> AsyncIterator[None]:
         turn = self._turns.get(id(context))  # an id held here is this live context's own
         if turn is None:
             yield
@@ -67,6 +90,14 @@ class Turns:
             yield
         finally:
             await self._let_go(turn)
+
+    async def stop(self, bound: float) -> None:
+        """End every run still going (its task FAILED `adapter_stopped`) and wait, at most
+        `bound` seconds, until none is left. Idempotent; a run that starts later ends at once."""
+        self.stopping.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(bound):
+                await self._no_runs.wait()
 
     def executor(self, inner: AgentExecutor) -> AgentExecutor:
         """`inner`, holding each turn while it runs it."""

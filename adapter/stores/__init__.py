@@ -30,6 +30,8 @@ class Stores:
     claims: MessageClaims
     close: Callable[[], Awaitable[None]]
     events: TaskEventStream | None = None  # PostgreSQL only: the memory store is one process
+    # The exceptions that mean the store cannot be reached (`adapter.outage`); memory never is.
+    outage_errors: tuple[type[BaseException], ...] = ()
 
 
 async def open_stores(
@@ -38,7 +40,10 @@ async def open_stores(
     """PostgreSQL when `DATABASE_URL` is set, otherwise bounded in-memory stores; approvals
     expire by `clock` (wall time: their `expires_at` is shown to people)."""
     if settings.database_url:
-        from adapter.stores.postgres import PostgresStores  # asyncpg only when it is used
+        from adapter.stores.postgres import (  # asyncpg only when it is used
+            OUTAGE_ERRORS,
+            PostgresStores,
+        )
 
         shared = await PostgresStores.open(
             settings.database_url,
@@ -54,6 +59,7 @@ async def open_stores(
             shared.claims,
             shared.close,
             shared.events,
+            OUTAGE_ERRORS,
         )
     tasks = BoundedTaskStore(
         max_tasks=settings.max_tasks,

@@ -41,6 +41,7 @@ from adapter.errors import (
 from adapter.principal import owner_of
 from adapter.stores.listing import ListQuery, page_response, sort_key
 from adapter.stores.protocols import (
+    RUNNING,
     TERMINAL,
     Claim,
     Confirmation,
@@ -91,10 +92,13 @@ class BoundedTaskStore(TaskStore):
         self._finished: OrderedDict[_Key, None] = OrderedDict()
         self._finished_by_owner: dict[str, OrderedDict[str, None]] = {}
         self._index = TaskIndex()
+        self._running: set[_Key] = set()  # entries in a RUNNING state (`end_stale`)
 
     def _index_add(self, entry_key: _Key, task: pb.Task) -> None:
         owner, task_id = entry_key
         self._index.add(owner, task.context_id, task.status.state, sort_key(task))
+        if task.status.state in RUNNING:
+            self._running.add(entry_key)
         if task.status.state in TERMINAL:
             self._finished[entry_key] = None
             self._finished_by_owner.setdefault(owner, OrderedDict())[task_id] = None
@@ -102,6 +106,7 @@ class BoundedTaskStore(TaskStore):
     def _index_remove(self, entry_key: _Key, task: pb.Task) -> None:
         owner, task_id = entry_key
         self._index.remove(owner, task.context_id, task.status.state, sort_key(task))
+        self._running.discard(entry_key)
         if entry_key in self._finished:
             del self._finished[entry_key]
             finished = self._finished_by_owner[owner]
@@ -208,6 +213,25 @@ class BoundedTaskStore(TaskStore):
 
     async def count(self) -> int:
         return len(self._entries)
+
+    async def end_stale(
+        self, older_than: float, ended: Callable[[pb.Task], pb.TaskStatus], *, limit: int
+    ) -> int:
+        # By the status's own time (wall clock): reads move a task's LRU stamp, not its status.
+        cutoff_ns = int((time.time() - older_than) * 1e9)
+        stale = [
+            entry_key
+            for entry_key in self._running
+            if self._entries[entry_key][0].status.timestamp.ToNanoseconds() < cutoff_ns
+        ][:limit]
+        for entry_key in stale:
+            task, touched = self._entries[entry_key]
+            ended_task = _copy(task)
+            ended_task.status.CopyFrom(ended(task))
+            self._index_remove(entry_key, task)
+            self._index_add(entry_key, ended_task)
+            self._entries[entry_key] = (ended_task, touched)
+        return len(stale)
 
     async def ping(self) -> None:
         return None

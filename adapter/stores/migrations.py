@@ -153,9 +153,16 @@ INSERT INTO {s}.task_counts (owner, state, n)
     SELECT owner, state, count(*) FROM {s}.tasks GROUP BY owner, state;
 """
 
+# The recovery sweep (`PostgresTaskStore.end_stale`) reads only tasks whose turn runs, or is gone:
+# a few rows, whatever the table holds.
+_RUNNING_TASKS = """
+CREATE INDEX IF NOT EXISTS tasks_running ON {s}.tasks (updated_at) WHERE state IN (1, 2);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "baseline", _BASELINE),
     Migration(2, "bounded per-owner costs", _BOUNDED_COSTS),
+    Migration(3, "running tasks for the recovery sweep", _RUNNING_TASKS),
 )
 
 

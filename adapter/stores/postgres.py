@@ -39,6 +39,7 @@ from adapter.principal import owner_of
 from adapter.stores.listing import ListQuery, page_response, sort_key
 from adapter.stores.migrations import migrate
 from adapter.stores.protocols import (
+    RUNNING,
     TERMINAL,
     Claim,
     Confirmation,
@@ -52,8 +53,20 @@ from runtime import logs
 
 logger = logging.getLogger("adapter.postgres")
 
+# What "PostgreSQL cannot be reached" looks like (`adapter.outage`): no connection, a connection
+# cut (a restart, a failover, `pg_terminate_backend`), a server shutting down or still starting,
+# out of connection slots, or a statement past `command_timeout`.
+OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.InsufficientResourcesError,
+)
+
 _KEEP_SETTLED_SECONDS = 3600.0  # approvals are kept this long after they expire
 _PROPOSE_LOCK = 0x0A2A_A990  # pg_advisory_xact_lock(this, hashtext(owner)): one proposer per owner
+_CONNECT_TIMEOUT = 5.0  # seconds
 
 
 def _as_int(version: TaskVersion) -> int:
@@ -92,7 +105,11 @@ class PostgresTaskStore(VersionedTaskStore):
         context: ServerCallContext,
     ) -> TaskVersion:
         del prev
-        owner = owner_of(context)
+        return await self._save(task, owner_of(context), prev_version, event)
+
+    async def _save(
+        self, task: pb.Task, owner: str, prev_version: TaskVersion, event: Event | None
+    ) -> TaskVersion:
         async with self._pool.acquire() as connection, connection.transaction():
             version = await self._write(connection, task, owner, prev_version)
             if version is None:
@@ -217,6 +234,34 @@ class PostgresTaskStore(VersionedTaskStore):
         return int(
             await self._pool.fetchval(f"SELECT coalesce(sum(n), 0)::bigint FROM {self._counts}")
         )
+
+    async def end_stale(
+        self, older_than: float, ended: Callable[[pb.Task], pb.TaskStatus], *, limit: int
+    ) -> int:
+        # `updated_at` is the database's clock, the same for every replica; `tasks_running`
+        # (a partial index on the few RUNNING rows) keeps this off a full scan.
+        rows = await self._pool.fetch(
+            f"""SELECT owner, version, task FROM {self._t}
+                WHERE state = ANY($1::int[])
+                  AND updated_at < now() - make_interval(secs => $2)
+                ORDER BY updated_at LIMIT $3""",
+            [int(state) for state in RUNNING],
+            older_than,
+            limit,
+        )
+        count = 0
+        for row in rows:
+            task = pb.Task.FromString(row["task"])
+            task.status.CopyFrom(ended(task))
+            event = pb.TaskStatusUpdateEvent(
+                task_id=task.id, context_id=task.context_id, status=task.status
+            )
+            try:
+                await self._save(task, row["owner"], TaskVersion(row["version"]), event)
+            except ConcurrentTaskModificationError:
+                continue  # written meanwhile: not stale
+            count += 1
+        return count
 
     async def ping(self) -> None:
         await self._pool.fetchval("SELECT 1")
@@ -537,7 +582,11 @@ class PostgresStores:
         idle_ttl: float = 3600.0,
         max_pending_per_owner: int = 100,
     ) -> PostgresStores:
-        pool = await asyncpg.create_pool(url, min_size=1, max_size=10, command_timeout=10)
+        # A connection attempt is bounded too (asyncpg's default is a minute), so a request in an
+        # outage is answered 503 within seconds.
+        pool = await asyncpg.create_pool(
+            url, min_size=1, max_size=10, command_timeout=10, timeout=_CONNECT_TIMEOUT
+        )
         try:
             async with pool.acquire() as connection:
                 await migrate(connection, schema)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
@@ -43,6 +43,8 @@ TERMINAL = frozenset(
 )
 # A task waiting for its client (spec 3.1): not over, but no turn runs on it.
 INTERRUPTED = frozenset({pb.TASK_STATE_INPUT_REQUIRED, pb.TASK_STATE_AUTH_REQUIRED})
+# A task in one of these states has a turn running on it — or had one that is gone (`end_stale`).
+RUNNING = frozenset({pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING})
 
 
 class TaskStore(Protocol):
@@ -73,6 +75,14 @@ class TaskStore(Protocol):
 
     async def count(self) -> int:
         """Tasks stored, all owners (for the `tasks_stored` gauge)."""
+
+    async def end_stale(
+        self, older_than: float, ended: Callable[[pb.Task], pb.TaskStatus], *, limit: int
+    ) -> int:
+        """Give at most `limit` tasks still `RUNNING` whose status is over `older_than` seconds
+        old (all owners) the status `ended(task)`, as any other update (PostgreSQL: a
+        compare-and-swap, with its event in the shared log for every replica's subscribers; a
+        task that moved on meanwhile is left alone). How many were ended."""
 
     async def ping(self) -> None:
         """Raise if the store cannot be reached (readiness)."""

@@ -21,6 +21,7 @@ from a2a.utils.errors import (
 from adapter.envelope import (
     RpcError,
     error_body,
+    error_reason,
     parse_request,
     parse_version,
     result_of,
@@ -86,6 +87,13 @@ def test_bad_json_is_refused_without_an_id() -> None:
     """Before the id is known the error is a plain A2A error (answered with id null)."""
     with pytest.raises(JSONParseError):
         parse_request(b'{"jsonrpc": "2.0", "id": 1,', "1.0")
+
+
+def test_a_parse_error_has_a_reason_of_its_own() -> None:
+    """-32700 says `PARSE_ERROR` in its body and as its outcome, not the SDK's `UNKNOWN_ERROR`."""
+    error = JSONParseError(message="not JSON")
+    assert error_body(None, error)["error"]["data"][0]["reason"] == "PARSE_ERROR"
+    assert error_reason(error) == "PARSE_ERROR"
 
 
 def test_error_metadata_is_a_string_map() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
@@ -135,9 +136,9 @@ async def test_a_turn_whose_gateway_fails_releases_its_slot(method: str) -> None
         assert (await server.rpc(ALICE_BOT, "SendMessage", send_params())).status_code == 200
 
 
-async def test_a_drained_stream_keeps_its_slot_until_its_turn_is_stopped() -> None:
-    """At shutdown the stream ends after its grace while its turn still runs and counts; stopping
-    the server stops the turn and frees the slot."""
+async def test_a_drained_stream_ends_with_its_stopped_turn_and_frees_its_slot() -> None:
+    """At shutdown, once the grace is over, the turn still running ends its task FAILED
+    (`adapter_stopped`): the stream's last event says so, and the slot is free."""
     async with running({"ORRERY_A2A_SHUTDOWN_GRACE": "1s"}) as server:
         server.gateway.hold = asyncio.Event()
         call = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage"}
@@ -150,10 +151,12 @@ async def test_a_drained_stream_keeps_its_slot_until_its_turn_is_stopped() -> No
             events = (line async for line in response.aiter_lines() if line.startswith("data:"))
             await anext(events)  # the Task: the turn is under way
             stopping = asyncio.create_task(server.runner.cleanup())
-            assert len([event async for event in events]) == 1  # drained: the final snapshot
-            assert in_flight(server) == 1  # the turn still runs
+            rest = [json.loads(event.removeprefix("data:")) async for event in events]
+            status = rest[-1]["result"]["statusUpdate"]["status"]
+            assert status["state"] == "TASK_STATE_FAILED"
+            assert status["message"]["metadata"] == {"reason": "adapter_stopped"}
+            assert in_flight(server) == 0
         await stopping
-        assert in_flight(server) == 0
 
 
 @pytest.mark.redis
@@ -233,8 +236,9 @@ async def test_redis_leases_of_a_live_turn_are_renewed(redis_url: str) -> None:
         await other.close()
 
 
-async def test_unreachable_redis_fails_closed() -> None:
-    """Redis down: the turn is refused with 503, and /readyz says the limiter is unavailable."""
+async def test_unreachable_redis_fails_turns_closed_and_keeps_reads_ready() -> None:
+    """Redis down: a turn is refused 503 with `Retry-After`; reads still work, so /readyz stays
+    200 and names the limiter unavailable."""
     limiter = RedisLimiter("redis://127.0.0.1:1/0", 4)
     try:
         with pytest.raises(LimiterUnavailable):
@@ -245,9 +249,12 @@ async def test_unreachable_redis_fails_closed() -> None:
         response = await server.rpc(ALICE_BOT, "SendMessage", send_params())
         assert response.status_code == 503
         assert response.json()["error"] == "limiter_unavailable"
+        assert response.headers["Retry-After"] == "1"
+        listed = await server.rpc(ALICE_BOT, "ListTasks", {})
+        assert listed.status_code == 200 and "result" in listed.json()
         async with server.http(None) as http:
             ready = await http.get("/readyz")
-        assert ready.status_code == 503
+        assert ready.status_code == 200
         assert ready.json()["checks"]["limiter"] == "unavailable"
 
 

@@ -162,7 +162,8 @@ async def test_unloadable_gateway_exits_2() -> None:
 
 
 async def test_running_stream_ends_with_a_final_event_on_shutdown() -> None:
-    """At shutdown a stream gets its grace, then a final task event and a clean end."""
+    """At shutdown a stream gets its grace; its turn, still running, then ends the task FAILED
+    (`adapter_stopped`), which is the stream's final event before a clean end."""
     async with running({"ORRERY_A2A_SHUTDOWN_GRACE": "1s"}) as server:
         server.gateway.hold = asyncio.Event()
         body = {
@@ -192,9 +193,11 @@ async def test_running_stream_ends_with_a_final_event_on_shutdown() -> None:
             # The rest ends cleanly: no read error, no cut connection.
             events += [json.loads(line[6:]) async for line in lines if line.startswith("data: ")]
         await stopping
-    assert [next(iter(e["result"])) for e in events] == ["task", "task"]
+    assert [next(iter(e["result"])) for e in events] == ["task", "statusUpdate"]
     assert events[-1]["id"] == 7
-    assert events[-1]["result"]["task"]["status"]["state"] == "TASK_STATE_SUBMITTED"
+    status = events[-1]["result"]["statusUpdate"]["status"]
+    assert status["state"] == "TASK_STATE_FAILED"
+    assert status["message"]["metadata"] == {"reason": "adapter_stopped"}
 
 
 async def test_a_taken_address_is_one_startup_failed_event_naming_the_variable() -> None:

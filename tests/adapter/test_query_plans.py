@@ -91,6 +91,7 @@ async def use_every_store_statement(stores: PostgresStores) -> None:
     await stores.claims.get("k1", "m1")
     await stores.claims.take_over("k1", "m1", stale="t1", task_id="t2", fingerprint="f", min_age=0)
     await stores.claims.release("k1", "m1", task_id="t2")
+    await stores.tasks.end_stale(0.0, lambda stale: stale.status, limit=10)  # the recovery sweep
     await stores.sweep()
 
 

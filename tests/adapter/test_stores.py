@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import pytest
 from a2a.server.cluster.task_store import ConcurrentTaskModificationError
 from a2a.server.cluster.version import TaskVersion
@@ -423,3 +424,51 @@ def test_the_action_digest_is_canonical() -> None:
     assert base == action_digest("restart_service", {"force": False, "service": "checkout"})
     assert base != action_digest("restart_service", {"service": "checkout", "force": True})
     assert base != action_digest("rollback_service", {"service": "checkout", "force": False})
+
+
+@pytest.mark.postgres
+async def test_a_schema_from_before_digests_and_claims_is_brought_up_to_date(
+    database_url: str,
+) -> None:
+    """Opening on tables made before `approvals.digest` and `message_claims` existed adds both;
+    an old approval's digest is empty, so it matches no action (fail closed)."""
+    async with fresh_schema(database_url) as schema:
+        connection = await asyncpg.connect(database_url)
+        try:
+            await connection.execute(OLD_DDL.format(s=schema))
+            await connection.execute(
+                f"""INSERT INTO {schema}.approvals VALUES ('a1', 'k1', 'alice', 's', 't',
+                    'restart_service', '{{}}', 'L3', 'approved', 0, 1e12, NULL)"""
+            )
+        finally:
+            await connection.close()
+        stores = await PostgresStores.open(database_url, schema)
+        try:
+            claim = await stores.claims.claim("k1", "m1", task_id="t1", fingerprint="f")
+            assert claim.mine
+            outcome = await stores.confirmations.consume("a1", owner="k1", digest=PROPOSAL.digest)
+            assert outcome == "mismatch"
+        finally:
+            await stores.close()
+
+
+# The tables as the adapter created them before `approvals.digest`, `message_claims` and the
+# `tasks_running` index existed.
+OLD_DDL = """
+CREATE SCHEMA {s};
+CREATE TABLE {s}.tasks (
+    id text PRIMARY KEY, owner text NOT NULL, context_id text NOT NULL, state integer NOT NULL,
+    has_ts boolean NOT NULL, ts_ns bigint NOT NULL, version bigint NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now(), task bytea NOT NULL
+);
+CREATE TABLE {s}.task_events (
+    seq bigserial PRIMARY KEY, task_id text NOT NULL, version bigint NOT NULL,
+    event bytea NOT NULL, created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE {s}.approvals (
+    action_id text PRIMARY KEY, owner text NOT NULL, subject text NOT NULL,
+    session_id text NOT NULL, task_id text NOT NULL, tool text NOT NULL, args jsonb NOT NULL,
+    level text NOT NULL, status text NOT NULL, created_at double precision NOT NULL,
+    expires_at double precision NOT NULL, decided_at double precision
+);
+"""
