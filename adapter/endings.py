@@ -48,6 +48,7 @@ def stamped(state: int, message: pb.Message | None = None) -> pb.TaskStatus:
     """A task status stamped now."""
     stamp = timestamp_pb2.Timestamp()
     stamp.GetCurrentTime()
+    # Ignored below: the stubs want the TaskState enum; protobuf takes its int value as is.
     result = pb.TaskStatus(state=state, timestamp=stamp)  # type: ignore[arg-type]
     if message is not None:
         result.message.CopyFrom(message)

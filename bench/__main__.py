@@ -46,12 +46,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))  # the bench scripts import each other as top-level modules
 
-import authz_bench  # noqa: E402
-import check_profile  # noqa: E402
-import e2e_bench  # noqa: E402
-import proxy_bench  # noqa: E402
-from adapter_bench import run_in_scratch  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+import authz_bench  # noqa: E402 -- after the sys.path line that makes the bench scripts importable
+import check_profile  # noqa: E402 -- after the sys.path line that makes the bench scripts importable
+import e2e_bench  # noqa: E402 -- after the sys.path line that makes the bench scripts importable
+import proxy_bench  # noqa: E402 -- after the sys.path line that makes the bench scripts importable
+from adapter_bench import run_in_scratch  # noqa: E402 -- after the sys.path line that makes the bench scripts importable
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402 -- after the sys.path line that makes the bench scripts importable
 
 DOC = ROOT / "docs/benchmarks.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"

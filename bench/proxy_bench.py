@@ -193,6 +193,7 @@ async def run(
     env = {**os.environ, **BENCH_ENV}
     ports = dict.fromkeys(ADDRESSES, "127.0.0.1:0")
     settings = StackSettings.from_env({**env, **ports, "ORRERY_A2A_STATE_DIR": str(state_dir)})
+    # SIM115, PTH123 below: a sink the stack writes to all run long; the exit closes it.
     stack = LocalStack(settings, env, open(os.devnull, "w"))  # noqa: SIM115, PTH123
     secrets = generate_secrets(state_dir)
     floor = start_floor(work)
