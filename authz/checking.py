@@ -1,69 +1,81 @@
 """One Check, whatever the transport: `CheckView` in, `Allow` or `Deny` out, metrics, one log.
 
 Both transports (gRPC in `service.py`, HTTP in `http_transport.py`) turn what Envoy sent into a
-`CheckView`, call `Checker.check`, and encode the result their way; everything between — the
-decision, the decision metrics and the one `decision` log event — lives here, so the two cannot
-drift apart. The log event carries the decision, reason code, HTTP status, surface, principal
-key, request id, path without its query or fragment, and latency — never a token, a header value
-other than the request id, or the assertion. A bug inside the decision is logged (`check_failed`,
-by exception type only) and re-raised: each transport turns it into an error Envoy answers with
-its configured fail-closed status (503).
+`CheckView`, call the `Checker`, and encode the result their way; everything between — the
+decision, the decision metrics and the one `decision` log event (`decision_log.py`) — lives
+here, so the two cannot drift apart. A bug inside the decision is logged (`check_failed`, by
+exception type only) and re-raised: each transport turns it into an error Envoy answers with its
+configured fail-closed status (503).
+
+`begin` decides at once what needs no await — a cached token with the in-process limiter, the
+common case — and hands back a `Pending` check otherwise, which `finish` completes; `check` is
+the two together. A transport that calls `begin` first answers most Checks without a coroutine
+or a task (docs/benchmarks.md). Either way the log line is written before the result is returned.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
+from dataclasses import dataclass
 
-from authz.decision import Allow, CheckView, Decider, Deny
+from authz.decision import Allow, CheckView, Decider, Deny, Unsettled
+from authz.decision_log import DecisionLog
 from authz.metrics import Metrics
-from runtime import logs
-
-MAX_LOGGED_PATH = 256
-_QUERY_OR_FRAGMENT = re.compile(r"[?#]")
 
 logger = logging.getLogger("authz.decision")
 
 
-def logged_path(path: str) -> str:
-    """The path without its query or fragment, where a client may put anything (credentials
-    included), cut to `MAX_LOGGED_PATH` characters."""
-    return _QUERY_OR_FRAGMENT.split(path, maxsplit=1)[0][:MAX_LOGGED_PATH]
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A Check `Checker.begin` could not decide without an await; `Checker.finish` does."""
+
+    check: Unsettled
+    path: str
+    started: float
 
 
 class Checker:
-    """The transport-free entry point: `await check(view)`."""
+    """The transport-free entry point: `begin(view)` (+ `await finish(...)`), or `await check`."""
 
     def __init__(self, decider: Decider, metrics: Metrics) -> None:
         self._decider = decider
         self._metrics = metrics
+        self._log = DecisionLog(logger)
 
     async def check(self, view: CheckView) -> Allow | Deny:
+        begun = self.begin(view)
+        return await self.finish(begun) if isinstance(begun, Pending) else begun
+
+    def begin(self, view: CheckView) -> Allow | Deny | Pending:
         started = time.perf_counter()
         try:
-            result = await self._decider.decide(view)
+            result = self._decider.decide_now(view)
         except Exception:
-            self._metrics.decision("error", "internal_error", time.perf_counter() - started)
-            logger.exception("check_failed")
+            self._failed(started)
             raise
-        if isinstance(result, Allow):
-            decision, reason, status = "allow", "ok", 200
-        else:
-            decision, reason, status = "deny", result.denial.reason, result.denial.status
-        who = result.principal
-        elapsed = time.perf_counter() - started
-        self._metrics.decision(decision, reason, elapsed)
-        logs.event(
-            logger,
-            "decision",
-            decision=decision,
-            reason=reason,
-            status=status,
-            surface=result.surface,
-            principal=who.key if who is not None else None,
-            request_id=result.request_id,
-            path=logged_path(view.path),
-            ms=round(elapsed * 1000.0, 3),
-        )
+        if isinstance(result, Unsettled):
+            return Pending(result, view.path, started)
+        self._record(result, view.path, started)
         return result
+
+    async def finish(self, pending: Pending) -> Allow | Deny:
+        try:
+            result = await self._decider.settle(pending.check)
+        except Exception:
+            self._failed(pending.started)
+            raise
+        self._record(result, pending.path, pending.started)
+        return result
+
+    def _record(self, result: Allow | Deny, path: str, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        if isinstance(result, Allow):
+            self._metrics.decision("allow", "ok", elapsed)
+        else:
+            self._metrics.decision("deny", result.denial.reason, elapsed)
+        self._log.write(result, path, round(elapsed * 1000.0, 3))
+
+    def _failed(self, started: float) -> None:
+        self._metrics.decision("error", "internal_error", time.perf_counter() - started)
+        logger.exception("check_failed")

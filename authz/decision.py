@@ -22,22 +22,21 @@ Nothing here knows about gRPC, HTTP or protobuf: each transport (`service.py` fo
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from urllib.parse import quote
 
 from authz import credentials
+from authz.callers import Caller, CallerMemo
 from authz.errors import Denial, Forbidden
 from authz.limits import Limiter
-from authz.principal import PrincipalMemo, RoleRules, SurfaceRules
+from authz.principal import RoleRules, SurfaceRules
 from authz.settings import TokenRules
 from authz.surfaces import surface_of
 from authz.tokens import TokenVerifier
 from contract import assertion
 from contract.headers import TRACEPARENT_HEADER
-from contract.identity import Kind, Principal, Surface
+from contract.identity import Principal, Surface
 from contract.tracing import trace_link
 
 
@@ -53,11 +52,15 @@ class CheckView:
 
 @dataclass(frozen=True, slots=True)
 class Allow:
-    principal: Principal
+    caller: Caller
     surface: Surface
     request_id: str
     assertion: str
     trace_link: str | None
+
+    @property
+    def principal(self) -> Principal:
+        return self.caller.principal
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +74,28 @@ class Deny:
     principal: Principal | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Unsettled:
+    """A Check `Decider.decide_now` could not finish without an await (a token not in the
+    verified-token cache, or a limiter in Redis): what it had found, for `Decider.settle`."""
+
+    headers: Mapping[str, str]
+    surface: Surface
+    request_id: str
+    token: str
+    now: float
+    caller: Caller | None
+
+
 class Decider:
-    """Holds the long-lived parts: the key store via the verifier, the principals derived so far
-    (`PrincipalMemo`, at most `memo_size` per surface), the limiter and the keys to sign with."""
+    """Holds the long-lived parts: the key store via the verifier, the callers derived so far
+    (`CallerMemo`, at most `memo_size` per surface), the limiter and the keys to sign with.
+
+    `decide_now` runs the checks in order as far as it can without an await — all the way for a
+    cached token and the in-process limiter, the common case — so a transport can answer such a
+    Check without a task or a coroutine (each costs microseconds, docs/benchmarks.md); it hands
+    back an `Unsettled` Check for `settle` to finish otherwise. `decide` is the two together.
+    """
 
     def __init__(
         self,
@@ -92,12 +114,17 @@ class Decider:
         }
         self._verifier = verifier
         surfaces = SurfaceRules(rules.audience, rules.console_audience, rules.console_clients)
-        self._principals = PrincipalMemo(roles, surfaces, memo_size)
+        self._callers = CallerMemo(roles, surfaces, assertion_keys, memo_size)
         self._limiter = limiter
-        self._assertion_keys = assertion_keys
         self._clock = clock
 
     async def decide(self, view: CheckView) -> Allow | Deny:
+        result = self.decide_now(view)
+        if isinstance(result, Unsettled):
+            return await self.settle(result)
+        return result
+
+    def decide_now(self, view: CheckView) -> Allow | Deny | Unsettled:
         try:
             credentials.check_query(view.path)
             surface = surface_of(view.surface, view.path)
@@ -111,28 +138,41 @@ class Decider:
             credentials.check_reserved(headers)
             token = credentials.bearer_token(headers)
             now = self._clock()
-            verified = await self._verifier.verify(token, self._audiences[surface], now)
-            who = self._principals.principal(token, verified.claims, surface)
-            signed = assertion.sign(
-                self._assertion_keys,
-                who,
-                surface=surface,
-                request_id=rid,
-                token_expires_at=verified.expires_at,
-                now=int(now),
-            )
-            if len(signed) > assertion.MAX_ASSERTION_BYTES:
-                raise Forbidden("the caller's identity is too large to assert")
-            await self._limiter.check(limit_key(surface, who.kind, who.subject))
+            verified = self._verifier.cached(token, self._audiences[surface], now)
+            if verified is None:
+                return Unsettled(headers, surface, rid, token, now, None)
+            caller = self._callers.caller(token, verified, surface)
+            who = caller.principal
+            if not self._limiter.in_process:
+                return Unsettled(headers, surface, rid, token, now, caller)
+            signed = _signed(caller, rid, now)
+            self._limiter.take_now(caller.limit_key)
         except Denial as denial:
             return Deny(denial, surface, rid, who)
-        return Allow(who, surface, rid, signed, trace_link(headers.get(TRACEPARENT_HEADER)))
+        return Allow(caller, surface, rid, signed, trace_link(headers.get(TRACEPARENT_HEADER)))
+
+    async def settle(self, check: Unsettled) -> Allow | Deny:
+        """Finish what `decide_now` began: verify the token (unless cached), then the same steps
+        as there, awaiting the limiter when it is in Redis."""
+        who: Principal | None = None
+        try:
+            caller = check.caller
+            if caller is None:
+                audience = self._audiences[check.surface]
+                verified = await self._verifier.verify(check.token, audience, check.now)
+                caller = self._callers.caller(check.token, verified, check.surface)
+            who = caller.principal
+            signed = _signed(caller, check.request_id, check.now)
+            await self._limiter.check(caller.limit_key)
+        except Denial as denial:
+            return Deny(denial, check.surface, check.request_id, who)
+        link = trace_link(check.headers.get(TRACEPARENT_HEADER))
+        return Allow(caller, check.surface, check.request_id, signed, link)
 
 
-@functools.lru_cache(maxsize=4096)
-def limit_key(surface: Surface, kind: Kind, subject: str) -> str:
-    """Budgets are per surface, kind and subject: `a2a:delegated:<sub>`, `a2a:service:<sub>`,
-    `approvals:human:<sub>` (docs/contract.md#the-rate-limit-subject). Two agents delegated by
-    one person share the person's budget; a service whose `sub` happens to equal a person's
-    does not."""
-    return f"{surface}:{kind}:{quote(subject, safe='')}"
+def _signed(caller: Caller, request_id: str, now: float) -> str:
+    """The caller's assertion for this request, or 403 when its identity is too large to sign."""
+    signed = caller.signer.sign(request_id, int(now))
+    if len(signed) > assertion.MAX_ASSERTION_BYTES:
+        raise Forbidden("the caller's identity is too large to assert")
+    return signed

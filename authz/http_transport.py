@@ -28,7 +28,8 @@ Fail closed: a request this module cannot read — malformed HTTP, a head over `
 `MAX_HEADERS` fields, any body, an upgrade, a path outside `CHECK_PREFIX` — is answered 400 (never
 200) and its connection closed. The per-request path stays allocation-light: `httptools` (llhttp)
 calls back with bytes, the headers become one dict, answers are pre-encoded bytes with the
-assertion spliced in, and a denial's bytes are built once per distinct denial.
+assertion spliced in, a denial's bytes are built once per distinct denial, and a check decided
+without an await is answered inside `data_received`, without a Task (`CheckConnection._drain`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from typing import cast
 
 import httptools
 
-from authz.checking import Checker
+from authz.checking import Checker, Pending
 from authz.decision import Allow, CheckView, Deny
 from authz.errors import Denial
 from authz.responses import DENIAL_HEADERS, REMOVED_HEADERS, denial_body, denial_headers
@@ -159,9 +160,17 @@ class HttpChecks:
     def health(self) -> bytes:
         return SERVING if self._usable() and not self.stopping else NOT_SERVING
 
-    async def answer(self, view: CheckView) -> bytes:
+    def begin(self, view: CheckView) -> bytes | Pending:
+        """The answer to `view` if it is decided without an await, else the `Pending` check."""
         try:
-            return encode(await self._checker.check(view))
+            result = self._checker.begin(view)
+        except Exception:  # noqa: BLE001 — logged by the Checker (check_failed); Envoy fails closed on a 500
+            return FAILED
+        return result if isinstance(result, Pending) else encode(result)
+
+    async def finish(self, pending: Pending) -> bytes:
+        try:
+            return encode(await self._checker.finish(pending))
         except Exception:  # noqa: BLE001 — logged by the Checker (check_failed); Envoy fails closed on a 500
             return FAILED
 
@@ -187,7 +196,7 @@ class CheckConnection(asyncio.Protocol):
         self._url = b""
         self._headers: dict[str, str] = {}
         self._head_bytes = 0
-        self._queue: deque[CheckView | bytes] = deque()
+        self._queue: deque[CheckView | Pending | bytes] = deque()
         self._paused = False
         self.task: asyncio.Task[None] | None = None
 
@@ -273,17 +282,33 @@ class CheckConnection(asyncio.Protocol):
     # --- answering ----------------------------------------------------------------------------
 
     def _drain(self) -> None:
-        """Answer what is queued, in order, from one Task per run of queued checks. (Running a
-        check eagerly inside `data_received` would skip the Task, but code under the decision
-        may need a current task — the Redis client's timeouts do.)"""
-        if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._answer_queued())
+        """Answer what is queued, in order. A check decided without an await (`Checker.begin`:
+        a cached token, the in-process limiter) is answered right here, inside `data_received`,
+        with no Task — a Task per check cost about as much as the transport's own parsing. The
+        first check that needs an await, and everything queued behind it, is answered by one
+        Task (code under the decision may need a current task — the Redis client's timeouts
+        do); while it runs, new requests queue behind it."""
+        if self.task is not None and not self.task.done():
+            return
+        queue = self._queue
+        while queue:
+            item = queue[0]
+            answer = self._checks.begin(item) if isinstance(item, CheckView) else item
+            if isinstance(answer, Pending):
+                queue[0] = answer
+                self.task = asyncio.get_running_loop().create_task(self._answer_queued())
+                return
+            queue.popleft()
+            if not self._send(answer):
+                return
 
     async def _answer_queued(self) -> None:
         queue = self._queue
         while queue:
             item = queue.popleft()
-            answer = item if isinstance(item, bytes) else await self._checks.answer(item)
+            if isinstance(item, CheckView):
+                item = self._checks.begin(item)
+            answer = await self._checks.finish(item) if isinstance(item, Pending) else item
             if not self._send(answer):
                 return
 

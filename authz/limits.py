@@ -38,8 +38,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -73,9 +72,9 @@ return {1, math.floor((capacity - (new_tat - now)) / interval), 0}
 """
 
 
-@dataclass(frozen=True, slots=True)
-class Quota:
-    """The outcome of taking one request from a subject's budget."""
+class Quota(NamedTuple):
+    """The outcome of taking one request from a subject's budget (a tuple: built on every Check,
+    and a frozen dataclass costs several times as much to build)."""
 
     allowed: bool
     remaining: int
@@ -184,9 +183,21 @@ class Limiter:
         self._redis_up = True
         self._probe: asyncio.Task[None] | None = None
 
+    @property
+    def in_process(self) -> bool:
+        """True without Redis: `take_now` then decides, with no await."""
+        return self._redis is None
+
+    def take_now(self, key: str) -> None:
+        """`check` for a limiter that is `in_process`, synchronously (a cached Check is then
+        decided without a task)."""
+        self._enforce(self._local.take(key))
+
     async def check(self, key: str) -> None:
         """Take one request from `key`'s budget or raise `RateLimited` / `LimiterUnavailable`."""
-        quota = await self._take(key)
+        self._enforce(await self._take(key))
+
+    def _enforce(self, quota: Quota) -> None:
         if not quota.allowed:
             retry = max(1, math.ceil(quota.retry_after))
             raise RateLimited(

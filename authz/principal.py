@@ -109,41 +109,6 @@ def _check_human(
         raise Forbidden("a client's own token is not a person's")
 
 
-class PrincipalMemo:
-    """Principals already derived, by surface and bearer token, so that a token the verifier has
-    cached is not re-derived on every Check.
-
-    Sound only behind the verifier: a token's claims are fixed by its bytes and the role rules by
-    the process, and the decider asks only after the verifier accepted the token for this Check,
-    so an expired or revoked token never reaches its entry. Bounded like the token cache: at most
-    `size` tokens per surface, oldest first out; size 0 remembers nothing. A refusal is not
-    remembered (it is raised again, as cheaply, next time).
-    """
-
-    def __init__(self, rules: RoleRules, surfaces: SurfaceRules, size: int) -> None:
-        self._rules = rules
-        self._surfaces = surfaces
-        self._size = size
-        self._entries: Mapping[Surface, dict[str, Principal]] = {"a2a": {}, "approvals": {}}
-
-    def principal(self, token: str, claims: Mapping[str, Any], surface: Surface) -> Principal:
-        """The principal of the verified `token` (whose claims these are) on `surface`, or a 403
-        `Denial`."""
-        entries = self._entries[surface]
-        who = entries.get(token)
-        if who is None:
-            who = derive(claims, surface, self._rules, self._surfaces)
-            if self._size > 0:
-                if len(entries) >= self._size:
-                    del entries[next(iter(entries))]
-                entries[token] = who
-        return who
-
-    def __len__(self) -> int:
-        """How many principals are remembered, over both surfaces."""
-        return sum(len(entries) for entries in self._entries.values())
-
-
 def _optional_str(claims: Mapping[str, Any], name: str) -> str:
     value = claims.get(name)
     if value is None or value == "":

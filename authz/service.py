@@ -13,7 +13,7 @@ from envoy.service.auth.v3 import external_auth_pb2_grpc
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest, CheckResponse
 
 from authz import responses
-from authz.checking import Checker
+from authz.checking import Checker, Pending
 from authz.decision import Allow, CheckView
 
 
@@ -46,7 +46,10 @@ class AuthorizationService(external_auth_pb2_grpc.AuthorizationServicer):  # typ
 
     # N802: the gRPC method's name is fixed by the service definition
     async def Check(self, request: CheckRequest, context: Any) -> CheckResponse:  # noqa: N802
-        result = await self._checker.check(check_view(request))
+        # `begin` first: a cached Check is decided without awaiting another coroutine.
+        result = self._checker.begin(check_view(request))
+        if isinstance(result, Pending):
+            result = await self._checker.finish(result)
         if isinstance(result, Allow):
             return responses.allowed(result.assertion, result.trace_link)
         return responses.denied(result.denial)

@@ -147,28 +147,34 @@ class TokenVerifier:
         self._refusals_ttl = refusals_ttl
         self._on_remembered_refusal = on_remembered_refusal
 
-    async def verify(self, token: str, audience: str, now: float) -> VerifiedToken:
-        """Return the verified token for `audience` at `now`, or raise a 401/503 `Denial`."""
+    def cached(self, token: str, audience: str, now: float) -> VerifiedToken | None:
+        """`verify` from the cache alone: the verified token for `audience` at `now`, a 401/503
+        `Denial`, or None when the token is not cached and must be verified (`verify`). No
+        await, so a Check on a cached token can be decided without a task (`Decider`)."""
         if not self._keys.usable():  # also for cache hits: stale keys stop every token
             raise KeysUnavailable("no usable signing keys")
         if self._keys.current is not self._cache_keys:
             self._forget_unpublished()
         cached = self._cache.get(token)
-        if cached is not None:
-            try:
-                self._check_times(cached.expires_at, cached.not_before, cached.issued_at, now)
-            except InvalidToken:
-                del self._cache[token]
-                raise
-            self._on_cache(True)
-            verified = cached
-        else:
-            self._on_cache(False)
-            verified = await self._verify(token, now)
-            self._remember(token, verified)
-        if audience not in verified.audiences:
-            raise InvalidToken("token audience is not accepted")
-        return verified
+        if cached is None:
+            return None
+        try:
+            self._check_times(cached.expires_at, cached.not_before, cached.issued_at, now)
+        except InvalidToken:
+            del self._cache[token]
+            raise
+        self._on_cache(True)
+        return _for_audience(cached, audience)
+
+    async def verify(self, token: str, audience: str, now: float) -> VerifiedToken:
+        """Return the verified token for `audience` at `now`, or raise a 401/503 `Denial`."""
+        verified = self.cached(token, audience, now)
+        if verified is not None:
+            return verified
+        self._on_cache(False)
+        verified = await self._verify(token, now)
+        self._remember(token, verified)
+        return _for_audience(verified, audience)
 
     def __len__(self) -> int:
         """How many verified tokens are cached."""
@@ -292,6 +298,12 @@ class TokenVerifier:
             raise TokenNotYetValid("token is not valid yet")
         if issued_at is not None and issued_at > now + leeway:
             raise TokenNotYetValid("token is issued in the future")
+
+
+def _for_audience(verified: VerifiedToken, audience: str) -> VerifiedToken:
+    if audience not in verified.audiences:
+        raise InvalidToken("token audience is not accepted")
+    return verified
 
 
 def _audiences(aud: Any) -> frozenset[str]:

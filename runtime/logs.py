@@ -99,14 +99,19 @@ class JsonLinesHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self.setFormatter(JsonFormatter())
 
     def write_event(self, level: int, logger: str, event: str, fields: Mapping[str, Any]) -> None:
-        """Write what `emit` would write for this event, without a LogRecord.
+        """Write what `emit` would write for this event, without a LogRecord (`write_line`)."""
+        line = encode_line(_line(time.time(), level, logger, event, fields))
+        self.write_line(line, level, event)
+
+    def write_line(self, line: str, level: int, event: str) -> None:
+        """Write one encoded line (without its terminator) for an `event` at `level`.
 
         The line reaches the kernel before this returns (a crash right after a decision does not
         lose its line): on a stream with a file descriptor by one `os.write` of the whole line —
         after flushing whatever else was written to the stream, so lines never interleave out
         of order — which costs a fifth of the text stream's write + flush; otherwise by write +
         flush."""
-        line = encode_line(_line(time.time(), level, logger, event, fields)) + self.terminator
+        line += self.terminator
         stream = self.stream
         with self.lock:  # type: ignore[union-attr]  # the lock emit() uses; created in __init__
             try:
@@ -148,7 +153,7 @@ def configure(level: str = "INFO") -> None:
     logging.logMultiprocessing = False
 
 
-def _sole_json_handler(logger: logging.Logger, level: int) -> JsonLinesHandler | None:
+def sole_json_handler(logger: logging.Logger, level: int) -> JsonLinesHandler | None:
     """The one handler a record from `logger` would reach, if that is a filter-free
     `JsonLinesHandler`; otherwise None (another handler, a filter — e.g. pytest's caplog)."""
     found: JsonLinesHandler | None = None
@@ -183,7 +188,7 @@ def event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields
 def write(logger: logging.Logger, name: str, level: int, fields: Mapping[str, Any]) -> None:
     """`event` without the level check: for the few events that are logged whatever the
     configured level says (a process's `serving` line, which its supervisor waits for)."""
-    handler = _sole_json_handler(logger, level)
+    handler = sole_json_handler(logger, level)
     if handler is not None:
         handler.write_event(level, logger.name, name, fields)
     else:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from authz.errors import Forbidden, InsufficientScope
-from authz.principal import PrincipalMemo, RoleRules, SurfaceRules, derive
+from authz.principal import RoleRules, SurfaceRules, derive
 from contract.identity import Surface
 from tests.authz.support import (
     AUDIENCE,
@@ -274,42 +274,3 @@ async def test_identity_too_large_to_sign_is_refused(authz: RunningAuthz, issuer
     token = issuer.token(sub="ü" * 700)
     refusal = denied(await authz.check(token=token))
     assert (refusal.status, refusal.reason) == (403, "forbidden")
-
-
-# A token the memo must answer from memory: deriving it again would be refused.
-UNDERIVABLE = claims(roles=["nobody"])
-
-
-def test_the_memo_answers_a_token_it_has_derived_from_memory() -> None:
-    """A remembered token's principal comes back without deriving its claims again."""
-    memo = PrincipalMemo(RULES, SURFACES, size=4)
-    first = memo.principal("t1", claims(act={"sub": "agent"}), "a2a")
-    assert memo.principal("t1", UNDERIVABLE, "a2a") is first
-
-
-def test_the_memo_keeps_each_surface_apart() -> None:
-    """A token remembered on one surface is derived afresh (and may be refused) on the other."""
-    memo = PrincipalMemo(RULES, SURFACES, size=4)
-    memo.principal("t1", claims(act={"sub": "agent"}), "a2a")
-    with pytest.raises(Forbidden):
-        memo.principal("t1", claims(act={"sub": "agent"}), "approvals")
-
-
-def test_the_memo_is_bounded_oldest_first() -> None:
-    """Past its size the memo forgets its oldest token, never grows."""
-    memo = PrincipalMemo(RULES, SURFACES, size=2)
-    for token in ("t1", "t2", "t3"):
-        memo.principal(token, claims(), "a2a")
-    assert len(memo) == 2
-    memo.principal("t3", UNDERIVABLE, "a2a")  # still remembered
-    with pytest.raises(InsufficientScope):
-        memo.principal("t1", UNDERIVABLE, "a2a")  # forgotten: derived again
-
-
-def test_a_memo_of_size_zero_remembers_nothing() -> None:
-    """With the token cache off (size 0), every Check derives its principal."""
-    memo = PrincipalMemo(RULES, SURFACES, size=0)
-    memo.principal("t1", claims(), "a2a")
-    assert len(memo) == 0
-    with pytest.raises(InsufficientScope):
-        memo.principal("t1", UNDERIVABLE, "a2a")
