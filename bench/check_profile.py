@@ -8,11 +8,13 @@ path on its own, as `AuthorizationService.Check` runs them, over `--calls` calls
 
 * parse: `CheckRequest.FromString` of the frame Envoy sends (grpc.aio does this before Check);
 * view: `service.check_view` (the headers, surface label and path);
-* decide: `Decider.decide` whole, then its parts: the credential checks, the cached `verify`,
-  the remembered principal, `assertion.sign` (HMAC-SHA256) and the limiter;
+* decide: `Decider.decide_now` whole (a cached token and the in-process limiter: decided with no
+  await), then its parts: the credential and route checks, the verified-token cache
+  (`TokenVerifier.cached`), the remembered caller (`CallerMemo.caller`), the assertion
+  (`Signer.sign`: the request's claims, HMAC-SHA256) and the limiter (`Limiter.take_now`);
 * response: `responses.allowed` and its `SerializeToString` (grpc.aio serialises after Check);
 * metrics: `Metrics.decision` (counter + histogram);
-* log: the `decision` event, written and flushed to a file as in production;
+* log: the `decision` line (`DecisionLog.write`), written to a file as in production;
 * Check: `AuthorizationService.Check` end to end (everything above except parse/serialise).
 
 Reports µs per call (process CPU time). `--cprofile` also prints cProfile's top functions for
@@ -42,8 +44,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest
 
 from authz import credentials, responses
-from authz.checking import Checker, logged_path
-from authz.decision import Allow, Decider, limit_key
+from authz.checking import Checker
+from authz.decision import Allow, Decider
+from authz.decision_log import DecisionLog
 from authz.jwks import KeyStore, source_for
 from authz.limits import Limiter
 from authz.metrics import Metrics
@@ -51,7 +54,6 @@ from authz.service import AuthorizationService, check_view
 from authz.settings import AuthzSettings
 from authz.surfaces import surface_of
 from authz.tokens import TokenVerifier
-from contract import assertion
 from contract.assertion import new_keys_spec
 from runtime import logs
 
@@ -136,20 +138,11 @@ async def profile(calls: int, use_cprofile: bool) -> list[tuple[str, float]]:
     decided = await parts.decider.decide(view)
     assert isinstance(decided, Allow), decided
     token = credentials.bearer_token(view.headers)
-    verified = await parts.verifier.verify(token, AUDIENCE, time.time())
-    principal = decided.principal
-    logger = logging.getLogger("authz.decision")
     now = time.time()
-
-    def sign() -> str:
-        return assertion.sign(
-            settings.assertion_keys,
-            principal,
-            surface="a2a",
-            request_id=decided.request_id,
-            token_expires_at=verified.expires_at,
-            now=int(now),
-        )
+    verified = parts.verifier.cached(token, AUDIENCE, now)
+    assert verified is not None
+    caller = decided.caller
+    decision_log = DecisionLog(logging.getLogger("authz.decision"))
 
     def credential_checks() -> None:
         credentials.check_query(view.path)
@@ -159,23 +152,8 @@ async def profile(calls: int, use_cprofile: bool) -> list[tuple[str, float]]:
         credentials.check_reserved(headers)
         credentials.bearer_token(headers)
 
-    def log_line() -> None:
-        logs.event(
-            logger,
-            "decision",
-            decision="allow",
-            reason="ok",
-            status=200,
-            surface="a2a",
-            principal=principal.key,
-            request_id=decided.request_id,
-            path=logged_path(view.path),
-            ms=0.123,
-        )
-
     response = responses.allowed(decided.assertion, decided.trace_link)
-    principals = parts.decider._principals
-    limited = limit_key("a2a", principal.kind, principal.subject)
+    callers = parts.decider._callers
     serialise = response.SerializeToString
     rows: list[tuple[str, float]] = [
         (
@@ -183,25 +161,25 @@ async def profile(calls: int, use_cprofile: bool) -> list[tuple[str, float]]:
             per_call(calls, CheckRequest.FromString, frame),
         ),
         ("check_view", per_call(calls, check_view, request)),
-        ("decide (whole)", await aper_call(calls, parts.decider.decide, view)),
+        ("decide (whole, no await)", per_call(calls, parts.decider.decide_now, view)),
         ("  credential and route checks", per_call(calls, credential_checks)),
+        ("  verify (cached token)", per_call(calls, parts.verifier.cached, token, AUDIENCE, now)),
+        ("  caller (remembered)", per_call(calls, callers.caller, token, verified, "a2a")),
         (
-            "  verify (cached token)",
-            await aper_call(calls, parts.verifier.verify, token, AUDIENCE, now),
+            "  assertion (request claims + HMAC-SHA256)",
+            per_call(calls, caller.signer.sign, decided.request_id, int(now)),
         ),
-        (
-            "  principal (remembered)",
-            per_call(calls, principals.principal, token, verified.claims, "a2a"),
-        ),
-        ("  assertion.sign (HMAC-SHA256)", per_call(calls, sign)),
-        ("  limiter (in process)", await aper_call(calls, parts.limiter.check, limited)),
+        ("  limiter (in process)", per_call(calls, parts.limiter.take_now, caller.limit_key)),
         (
             "responses.allowed",
             per_call(calls, responses.allowed, decided.assertion, decided.trace_link),
         ),
         ("serialise CheckResponse (grpc.aio, after Check)", per_call(calls, serialise)),
         ("metrics.decision", per_call(calls, parts.metrics.decision, "allow", "ok", 0.0001)),
-        ("decision log line (write + flush)", per_call(calls, log_line)),
+        (
+            "decision log line (one os.write)",
+            per_call(calls, decision_log.write, decided, view.path, 0.123),
+        ),
     ]
     profiler = cProfile.Profile() if use_cprofile else None
     if profiler is not None:
