@@ -26,7 +26,7 @@ from authz.metrics import Metrics
 logger = logging.getLogger("authz.decision")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: see authz/decision.py
 class Pending:
     """A Check `Checker.begin` could not decide without an await; `Checker.finish` does."""
 

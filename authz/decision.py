@@ -39,8 +39,11 @@ from contract.headers import TRACEPARENT_HEADER
 from contract.identity import Principal, Surface
 from contract.tracing import trace_link
 
+# The records of a Check are built several times per Check and never changed after; they are
+# not `frozen`, whose `__init__` (object.__setattr__ per field) costs five times a plain one.
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class CheckView:
     """What the decision needs from a check: headers (lowercase names), the route's surface
     label (our Envoy sets one; Istio cannot) and the request path (query string included)."""
@@ -50,7 +53,7 @@ class CheckView:
     path: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Allow:
     caller: Caller
     surface: Surface
@@ -63,7 +66,7 @@ class Allow:
         return self.caller.principal
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Deny:
     """A refusal, with what was known when it happened. `surface` is the resolved surface, or
     the route's label as given when it names no surface we know (the refusal's cause)."""
@@ -74,7 +77,7 @@ class Deny:
     principal: Principal | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Unsettled:
     """A Check `Decider.decide_now` could not finish without an await (a token not in the
     verified-token cache, or a limiter in Redis): what it had found, for `Decider.settle`."""

@@ -26,7 +26,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
-from envoy.service.auth.v3 import external_auth_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -36,7 +35,7 @@ from authz.http_transport import HttpChecks
 from authz.jwks import KeyStore, source_for
 from authz.limits import Limiter
 from authz.metrics import Metrics
-from authz.service import AuthorizationService
+from authz.service import SERVICE_NAME, AuthorizationService
 from authz.settings import AuthzSettings
 from authz.tokens import TokenVerifier
 from runtime import logs
@@ -45,7 +44,7 @@ from runtime.diag import DiagServer, Heartbeat, Readiness
 from runtime.metrics import describe_process
 from runtime.serving import CannotListen, cannot_listen
 
-AUTHZ_SERVICE = "envoy.service.auth.v3.Authorization"
+AUTHZ_SERVICE = SERVICE_NAME
 SHUTDOWN_GRACE_SECONDS = 5.0
 MAX_MESSAGE_BYTES = 1024 * 1024
 
@@ -159,8 +158,7 @@ def grpc_server(
 ) -> tuple[grpc.aio.Server, int]:
     """Check and health on a grpc.aio server bound to `addr`; the server and its port."""
     server = grpc.aio.server(options=grpc_options(reuse_port=reuse_port))
-    servicer = AuthorizationService(checker)
-    external_auth_pb2_grpc.add_AuthorizationServicer_to_server(servicer, server)
+    AuthorizationService(checker).add_to(server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if not reuse_port:
         probe_bind(addr)

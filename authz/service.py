@@ -3,18 +3,24 @@
 The decision, its metrics and its log event are transport-free (`checking.py`); this module only
 translates. A bug inside the decision surfaces as a gRPC INTERNAL error, which Envoy turns into
 its configured fail-closed status (503).
+
+Check answers with the serialised CheckResponse (`responses.allowed_wire` / `denied_wire`: the
+same bytes as the message's `SerializeToString`), registered without a response serialiser, so
+no message is built or serialised per Check.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from envoy.service.auth.v3 import external_auth_pb2_grpc
-from envoy.service.auth.v3.external_auth_pb2 import CheckRequest, CheckResponse
+import grpc
+from envoy.service.auth.v3.external_auth_pb2 import CheckRequest
 
 from authz import responses
 from authz.checking import Checker, Pending
 from authz.decision import Allow, CheckView
+
+SERVICE_NAME = "envoy.service.auth.v3.Authorization"
 
 
 def check_view(request: CheckRequest) -> CheckView:
@@ -37,19 +43,25 @@ def check_view(request: CheckRequest) -> CheckView:
     return CheckView(headers=headers, surface=extensions.get("surface"), path=http.path)
 
 
-# the generated servicer base is untyped (Any), which strict mypy will not subclass silently
-class AuthorizationService(external_auth_pb2_grpc.AuthorizationServicer):  # type: ignore[misc]
-    """`envoy.service.auth.v3.Authorization` on grpc.aio."""
+class AuthorizationService:
+    """`envoy.service.auth.v3.Authorization` on grpc.aio (`add_to`)."""
 
     def __init__(self, checker: Checker) -> None:
         self._checker = checker
 
+    def add_to(self, server: grpc.aio.Server) -> None:
+        check = grpc.unary_unary_rpc_method_handler(
+            self.Check, request_deserializer=CheckRequest.FromString
+        )
+        handler = grpc.method_handlers_generic_handler(SERVICE_NAME, {"Check": check})
+        server.add_generic_rpc_handlers((handler,))
+
     # N802: the gRPC method's name is fixed by the service definition
-    async def Check(self, request: CheckRequest, context: Any) -> CheckResponse:  # noqa: N802
+    async def Check(self, request: CheckRequest, context: Any) -> bytes:  # noqa: N802
         # `begin` first: a cached Check is decided without awaiting another coroutine.
         result = self._checker.begin(check_view(request))
         if isinstance(result, Pending):
             result = await self._checker.finish(result)
         if isinstance(result, Allow):
-            return responses.allowed(result.assertion, result.trace_link)
-        return responses.denied(result.denial)
+            return responses.allowed_wire(result.assertion, result.trace_link)
+        return responses.denied_wire(result.denial)

@@ -12,10 +12,11 @@ path on its own, as `AuthorizationService.Check` runs them, over `--calls` calls
   await), then its parts: the credential and route checks, the verified-token cache
   (`TokenVerifier.cached`), the remembered caller (`CallerMemo.caller`), the assertion
   (`Signer.sign`: the request's claims, HMAC-SHA256) and the limiter (`Limiter.take_now`);
-* response: `responses.allowed` and its `SerializeToString` (grpc.aio serialises after Check);
+* response: `responses.allowed_wire`, the serialised CheckResponse (Check answers with bytes,
+  registered without a serialiser, so grpc.aio serialises nothing after Check);
 * metrics: `Metrics.decision` (counter + histogram);
 * log: the `decision` line (`DecisionLog.write`), written to a file as in production;
-* Check: `AuthorizationService.Check` end to end (everything above except parse/serialise).
+* Check: `AuthorizationService.Check` end to end (everything above except parse).
 
 Reports µs per call (process CPU time). `--cprofile` also prints cProfile's top functions for
 the end-to-end loop. Nothing is asserted; `bench/authz_bench.py` measures the same path with the
@@ -152,9 +153,7 @@ async def profile(calls: int, use_cprofile: bool) -> list[tuple[str, float]]:
         credentials.check_reserved(headers)
         credentials.bearer_token(headers)
 
-    response = responses.allowed(decided.assertion, decided.trace_link)
     callers = parts.decider._callers
-    serialise = response.SerializeToString
     rows: list[tuple[str, float]] = [
         (
             "parse CheckRequest (grpc.aio, before Check)",
@@ -171,10 +170,9 @@ async def profile(calls: int, use_cprofile: bool) -> list[tuple[str, float]]:
         ),
         ("  limiter (in process)", per_call(calls, parts.limiter.take_now, caller.limit_key)),
         (
-            "responses.allowed",
-            per_call(calls, responses.allowed, decided.assertion, decided.trace_link),
+            "response bytes (responses.allowed_wire)",
+            per_call(calls, responses.allowed_wire, decided.assertion, decided.trace_link),
         ),
-        ("serialise CheckResponse (grpc.aio, after Check)", per_call(calls, serialise)),
         ("metrics.decision", per_call(calls, parts.metrics.decision, "allow", "ok", 0.0001)),
         (
             "decision log line (one os.write)",
