@@ -67,6 +67,8 @@ def check_query(path: str) -> None:
     """Refuse an `access_token` parameter as any parser could read one: what follows the first
     `?` or `#`, percent-decoded once, split at `&`, `;`, `?` and `#`, each name (up to `=`)
     without surrounding blanks, in any ASCII case."""
+    if "?" not in path and "#" not in path:  # most paths: nothing to encode or search
+        return
     start = _QUERY_START.search(path.encode("utf-8", "surrogateescape"))
     if start is None:
         return

@@ -136,9 +136,11 @@ def _descriptor(stream: TextIO) -> int | None:
 
 def _write_all(fd: int, data: bytes) -> None:
     """`os.write` until every byte is written (a pipe may take a long line in parts)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    written = os.write(fd, data)
+    if written < len(data):
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def configure(level: str = "INFO") -> None:
