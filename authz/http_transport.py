@@ -292,6 +292,9 @@ class CheckConnection(asyncio.Protocol):
             return
         queue = self._queue
         while queue:
+            if self._closed():  # pipelined after a close: neither decided nor answered
+                queue.clear()
+                return
             item = queue[0]
             answer = self._checks.begin(item) if isinstance(item, CheckView) else item
             if isinstance(answer, Pending):
@@ -304,13 +307,16 @@ class CheckConnection(asyncio.Protocol):
 
     async def _answer_queued(self) -> None:
         queue = self._queue
-        while queue:
+        while queue and not self._closed():
             item = queue.popleft()
             if isinstance(item, CheckView):
                 item = self._checks.begin(item)
             answer = await self._checks.finish(item) if isinstance(item, Pending) else item
             if not self._send(answer):
                 return
+
+    def _closed(self) -> bool:
+        return self._transport is None or self._transport.is_closing()
 
     def _send(self, answer: bytes) -> bool:
         """Write `answer`; False once the connection is closed (by the close marker `b""`, a

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -177,6 +178,22 @@ async def test_checks_share_a_kept_alive_connection(
         writer.write(check_request(token=token) + check_request() + check_request(token=token))
         statuses = [(await read_answer(reader)).status for _ in range(3)]
     assert statuses == [200, 401, 200]
+
+
+async def test_nothing_after_a_closing_check_is_decided(
+    authz_http: RunningAuthz, issuer: Issuer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A check asking to close is answered and the connection closed; what was pipelined after
+    it is neither answered nor decided (one decision line)."""
+    token = issuer.token()
+    closing = check_request(token=token, headers={"connection": "close"})
+    with caplog.at_level(logging.INFO, logger="authz.decision"):
+        async with connection(authz_http) as (reader, writer):
+            writer.write(closing + check_request(token=token, request_id="req-2"))
+            assert (await read_answer(reader)).status == 200
+            assert await reader.read() == b""
+    decisions = [r for r in caplog.records if r.getMessage() == "decision"]
+    assert [r.__dict__["orrery_fields"]["request_id"] for r in decisions] == ["req-1"]
 
 
 @pytest.mark.redis
