@@ -164,9 +164,9 @@ class HttpChecks:
         """The answer to `view` if it is decided without an await, else the `Pending` check."""
         try:
             result = self._checker.begin(view)
+            return result if isinstance(result, Pending) else encode(result)
         except Exception:  # noqa: BLE001 — logged by the Checker (check_failed); Envoy fails closed on a 500
             return FAILED
-        return result if isinstance(result, Pending) else encode(result)
 
     async def finish(self, pending: Pending) -> bytes:
         try:
