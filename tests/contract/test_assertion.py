@@ -83,6 +83,23 @@ def test_round_trip_returns_the_signed_principal() -> None:
     assert result.expires_at - result.issued_at == assertion.LIFETIME_SECONDS
 
 
+@pytest.mark.parametrize("extra", [0, 1, 2])
+@pytest.mark.parametrize("rid", ["r", "req-12", "0f8e6c1a-4d2b-4e9f-9a3c-5b7d1e2f3a4b"])
+def test_one_signer_signs_what_encoding_the_whole_payload_would(extra: int, rid: str) -> None:
+    """Whichever base64 group the fixed claims end in, a caller's `Signer` gives the bytes of
+    encoding and MACing the whole assertion at once, for each request in turn."""
+    who = Principal("service", "s" * (5 + extra), "svc", "", "operator", "L2")
+    signer = assertion.Signer(KEYS, who, surface="a2a", token_expires_at=NOW + 600)
+    for now in (NOW, NOW + 1):
+        signed = signer.sign(rid, now)
+        head, payload, _ = signed.split(".")
+        mac = hmac.new(KEYS.keys[0][1], f"{head}.{payload}".encode(), hashlib.sha256)
+        assert signed == f"{head}.{payload}.{b64url_encode(mac.digest())}"
+        assert b64url_encode(b64url_decode(payload)) == payload
+        checked = verify(KEYS, signed, request_id=rid, surface="a2a", now=now)
+        assert (checked.principal, checked.issued_at) == (who, now)
+
+
 def test_claims_match_the_design_table() -> None:
     """The payload carries exactly the claims docs/contract.md#the-principal-assertion lists."""
     claims = claims_of(mint())
