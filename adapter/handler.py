@@ -17,6 +17,10 @@
 * A first send that starts a task is refused when the task store has no room for it
   (`TaskStore.admit`: 429 `task_quota_exceeded`, 503 `task_store_full`, answered by the
   dispatcher as HTTP refusals); a retry is answered with its task whatever the quota.
+* A blocking send that starts a task (no `taskId`, not `returnImmediately`) is run without the
+  SDK's `ActiveTask` (`blocking.py`), at about half the CPU; cancelling and subscribing to its
+  task while its turn runs are answered by that turn (a subscriber on this replica hears its
+  events, then — if the task waits for input — follows the task as the SDK does).
 * A message to a finished task is refused (-32004) before the SDK is asked to run it. The SDK
   would first build an `ActiveTask` for it — two event queues, each with a dispatcher task — and
   then abandon it when it finds the task terminal; the garbage collector reports each abandoned
@@ -36,13 +40,15 @@ from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
 from a2a.server.request_handlers import DefaultRequestHandler, validate_request_params
 from a2a.types import a2a_pb2 as pb
-from a2a.utils.errors import TaskNotFoundError
-from a2a.utils.task import apply_history_length
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
+from a2a.utils.input_mode_validator import validate_input_modes
+from a2a.utils.task import apply_history_length, validate_history_length
 
+from adapter.blocking import BlockingSends
 from adapter.executor import pending_action_id
 from adapter.principal import owner_of
 from adapter.retries import Retries, refuse_terminal
-from adapter.stores.protocols import TERMINAL, ConfirmationStore, TaskStore, read_task
+from adapter.stores.protocols import INTERRUPTED, TERMINAL, ConfirmationStore, TaskStore, read_task
 
 
 class RequestHandler(DefaultRequestHandler):
@@ -62,6 +68,7 @@ class RequestHandler(DefaultRequestHandler):
         self._tasks = tasks
         self._retries = retries
         self._shared_events = event_stream
+        self._blocking = BlockingSends(self.agent_executor, self.task_store, event_stream)
 
     async def on_message_send(
         self, params: pb.SendMessageRequest, context: ServerCallContext
@@ -73,7 +80,11 @@ class RequestHandler(DefaultRequestHandler):
                 return apply_history_length(task, params.configuration)
         try:
             await self._room_for(params.message, context)
-            result: pb.Task | pb.Message = await super().on_message_send(params, context)
+            result: pb.Task | pb.Message
+            if wait and not params.message.task_id:
+                result = await self._send_blocking(params, context)
+            else:
+                result = await super().on_message_send(params, context)
         except Exception:
             await self._retries.first_failed(params.message, context)
             raise
@@ -100,6 +111,25 @@ class RequestHandler(DefaultRequestHandler):
             await self._retries.first_failed(params.message, context)
             raise
 
+    @validate_request_params
+    async def _send_blocking(
+        self, params: pb.SendMessageRequest, context: ServerCallContext
+    ) -> pb.Task:
+        """A blocking send that starts a task, run by `blocking.py` after the checks the SDK's
+        `_setup_active_task` makes of such a send (push configs are off here)."""
+        validate_history_length(params.configuration)
+        if self._validate_input_modes:
+            validate_input_modes(params.message, self._agent_card)
+        request = await self._request_context_builder.build(
+            params=params,
+            task_id=None,
+            context_id=params.message.context_id or None,
+            task=None,
+            context=context,
+        )
+        task = await self._blocking.send(request)
+        return apply_history_length(task, params.configuration)
+
     async def _room_for(self, message: pb.Message, context: ServerCallContext) -> None:
         """A first send that starts a task needs room for it (the store's quotas): refused
         before anything runs, its claim given back (`first_failed`). A retry never gets here:
@@ -113,7 +143,7 @@ class RequestHandler(DefaultRequestHandler):
     ) -> AsyncGenerator[Event, None]:
         store = self.task_store
         if self._shared_events is None or not isinstance(store, VersionedTaskStore):
-            async with aclosing(super().on_subscribe_to_task(params, context)) as local:
+            async with aclosing(self._subscribe_here(params, context)) as local:
                 async for event in local:
                     yield event
             return
@@ -128,16 +158,57 @@ class RequestHandler(DefaultRequestHandler):
                 if _ends_task(versioned.event):
                     return
 
+    async def _subscribe_here(
+        self, params: pb.SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        """One process (memory store): a task whose blocking send runs here is followed through
+        that turn; if the turn leaves it waiting for input, the SDK follows it from there (its
+        snapshot, already sent, left out). Any other task is the SDK's."""
+        turn = self._blocking.running(params.id)
+        stored = await read_task(self.task_store, params.id, context)  # owner-scoped
+        if turn is None or stored is None:
+            async with aclosing(super().on_subscribe_to_task(params, context)) as sdk:
+                async for event in sdk:
+                    yield event
+            return
+        refuse_terminal(stored)
+        last: Event = stored
+        async with aclosing(turn.follow()) as events:
+            async for last in events:
+                yield last
+        if not isinstance(last, pb.Task | pb.TaskStatusUpdateEvent) or (
+            last.status.state not in INTERRUPTED
+        ):
+            return
+        async with aclosing(super().on_subscribe_to_task(params, context)) as sdk:
+            await anext(sdk)  # the task's snapshot: the subscriber has it
+            async for event in sdk:
+                yield event
+
+    @validate_request_params
     async def on_cancel_task(
         self, params: pb.CancelTaskRequest, context: ServerCallContext
     ) -> pb.Task | None:
         # The action id is in the waiting status, which the cancel replaces: read it first (an
         # owner-scoped read; the SDK refuses other owners' and terminal tasks right after).
-        waiting = pending_action_id(await read_task(self.task_store, params.id, context))
-        task: pb.Task | None = await super().on_cancel_task(params, context)
+        current = await read_task(self.task_store, params.id, context)
+        waiting = pending_action_id(current)
+        task: pb.Task | None
+        turn = self._blocking.running(params.id) if current is not None else None
+        if current is not None and turn is not None:  # a blocking send's turn runs here
+            if current.status.state in TERMINAL:
+                raise TaskNotCancelableError
+            task = await turn.cancel(context)
+        else:
+            task = await super().on_cancel_task(params, context)
         if waiting is not None and task is not None and task.status.state == pb.TASK_STATE_CANCELED:
             await self._confirmations.withdraw(waiting, owner=owner_of(context))
         return task
+
+    async def aclose(self) -> None:
+        """Stop the blocking sends' runs still going, then the SDK's active tasks."""
+        await self._blocking.aclose()
+        await super().aclose()
 
 
 def _ends_task(event: Event) -> bool:
