@@ -32,7 +32,7 @@ A run does not outlive the adapter: `aclose` stops what is left once the turns w
 from __future__ import annotations
 
 import asyncio
-import logging
+import contextlib
 from collections.abc import AsyncGenerator
 
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -45,9 +45,6 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InternalError, InvalidAgentResponseError
 
 from adapter.stores.protocols import INTERRUPTED, TERMINAL, SdkTaskStore
-from runtime import logs
-
-logger = logging.getLogger("adapter.blocking")
 
 
 def ends_turn(event: Event) -> bool:
@@ -193,9 +190,11 @@ class BlockingTurn(EventQueue):
         return self._task
 
     async def _failed(self) -> None:
-        """The run raised: its task ends FAILED — created so if it was never stored (the SDK's
-        consumer does the same). A write that fails too is logged; the run's error is raised."""
-        try:
+        """The run raised: its task ends FAILED — created so if it was never stored — as the
+        SDK's consumer does. A write that fails too (the store is down: usually why the run
+        raised) is dropped: the sender gets the run's error, and the recovery sweep ends the
+        task (`recovery.py`)."""
+        with contextlib.suppress(Exception):
             async with self._lock:
                 if self._task is None:
                     task = await self._manager.ensure_task_id(
@@ -212,14 +211,6 @@ class BlockingTurn(EventQueue):
                             task_id=self.task_id, context_id=self._task.context_id, status=status
                         )
                     )
-        except Exception as exc:  # noqa: BLE001 - the run's own error is what the sender gets
-            logs.event(
-                logger,
-                "failed_status_not_written",
-                logging.ERROR,
-                task_id=self.task_id,
-                error_type=type(exc).__name__,
-            )
 
     async def cancel(self, context: ServerCallContext) -> pb.Task:
         """`CancelTask` on the running turn (the SDK's `ActiveTask.cancel`): the executor's cancel

@@ -40,7 +40,11 @@ from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
 from a2a.server.request_handlers import DefaultRequestHandler, validate_request_params
 from a2a.types import a2a_pb2 as pb
-from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
+from a2a.utils.errors import (
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
 from a2a.utils.input_mode_validator import validate_input_modes
 from a2a.utils.task import apply_history_length, validate_history_length
 
@@ -181,7 +185,10 @@ class RequestHandler(DefaultRequestHandler):
         ):
             return
         async with aclosing(super().on_subscribe_to_task(params, context)) as sdk:
-            await anext(sdk)  # the task's snapshot: the subscriber has it
+            try:
+                await anext(sdk)  # the task's snapshot: the subscriber has it
+            except UnsupportedOperationError:  # a follow-up finished it meanwhile: nothing to add
+                return
             async for event in sdk:
                 yield event
 
