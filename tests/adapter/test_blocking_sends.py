@@ -20,6 +20,7 @@ from tests.adapter.conftest import (
     Server,
     delegated,
     fresh_schema,
+    human,
     message_params,
     running,
     sse_events,
@@ -30,11 +31,13 @@ from tests.waiting import eventually
 ALICE_BOT = delegated("bot", "alice")
 
 
-async def held_send(server: Server) -> tuple[asyncio.Task[httpx.Response], str]:
+async def held_send(
+    server: Server, text: str = "how is checkout?"
+) -> tuple[asyncio.Task[httpx.Response], str]:
     """A blocking send whose gateway call is held, and the id of its (running) task."""
     server.gateway.hold = asyncio.Event()
     server.gateway.started.clear()
-    sending = asyncio.create_task(server.rpc(ALICE_BOT, "SendMessage", message_params()))
+    sending = asyncio.create_task(server.rpc(ALICE_BOT, "SendMessage", message_params(text)))
     await server.gateway.started.wait()
     task_id = server.gateway.turns[-1].task_id
 
@@ -150,6 +153,37 @@ async def test_subscribers_during_a_blocking_send_hear_the_rest_of_the_turn(
         assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
         assert events[1]["artifactUpdate"]["artifact"] == answered["artifacts"][0]
     assert streams[0][1:] == streams[1][1:]
+
+
+async def test_a_subscriber_during_a_blocking_send_that_ends_waiting_stays_to_the_end(
+    server: Server,
+) -> None:
+    """A blocking send whose turn ends waiting for an approval: a subscriber attached during the
+    turn hears INPUT_REQUIRED, stays, and hears the approved follow-up complete the task."""
+    sending, task_id = await held_send(server, "restart checkout")
+    subscriber = asyncio.create_task(subscription(server, task_id))
+
+    async def attached() -> bool:
+        return await metric(f"{server.base}/metrics", "orrery_a2a_subscriptions_open") == 1
+
+    await eventually(attached)
+    assert server.gateway.hold is not None
+    server.gateway.hold.set()
+    waiting = task_of(await sending)
+    action_id = next(
+        part["data"]["action_id"]
+        for part in waiting["status"]["message"]["parts"]
+        if "data" in part
+    )
+    async with server.http(human("alice"), "approvals") as http:
+        await http.post(f"/approvals/{action_id}", json={"decision": "approve"})
+    await server.rpc(ALICE_BOT, "SendMessage", message_params("go ahead", taskId=task_id))
+    events = await subscriber
+    states = [value.get("status", {}).get("state") for event in events for value in event.values()]
+    assert kinds(events)[:2] == ["task", "statusUpdate"]
+    assert states[1] == "TASK_STATE_INPUT_REQUIRED"
+    assert states[-1] == "TASK_STATE_COMPLETED"
+    assert kinds(events).count("task") == 1  # the task once, then its events
 
 
 async def test_a_retry_during_a_blocking_send_is_answered_with_its_task_once_it_ends(
