@@ -144,7 +144,7 @@ def found(pattern: str, out: str, flags: int = 0) -> re.Match[str]:
 
 
 def _percentile_ms(out: str, percent: str) -> float:
-    value, unit = found(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s|m)$", out, re.M).groups()
+    value, unit = found(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s|m)\s*$", out, re.M).groups()
     return float(value) * _UNITS_MS[unit]
 
 
