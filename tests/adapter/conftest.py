@@ -187,6 +187,15 @@ async def server() -> AsyncIterator[Server]:
         yield started
 
 
+@pytest.fixture
+async def replicas(database_url: str) -> AsyncIterator[list[Server]]:
+    """Two adapters on one fresh PostgreSQL schema."""
+    async with fresh_schema(database_url) as schema:
+        env = {"DATABASE_URL": database_url, "ORRERY_A2A_DB_SCHEMA": schema}
+        async with running(env) as one, running(env) as two:
+            yield [one, two]
+
+
 def message_params(text: str = "how is checkout?", **fields: Any) -> dict[str, Any]:
     """`SendMessage` params in JSON form: one user text part, a fresh `messageId` unless `fields`
     name one."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -19,7 +18,6 @@ import pytest
 from tests.adapter.conftest import (
     Server,
     delegated,
-    fresh_schema,
     human,
     message_params,
     running,
@@ -214,14 +212,6 @@ async def test_a_blocking_send_running_at_shutdown_answers_its_task_failed() -> 
         await stopping
     assert answered["status"]["state"] == "TASK_STATE_FAILED"
     assert answered["status"]["message"]["metadata"] == {"reason": "adapter_stopped"}
-
-
-@pytest.fixture
-async def replicas(database_url: str) -> AsyncIterator[list[Server]]:
-    async with fresh_schema(database_url) as schema:
-        env = {"DATABASE_URL": database_url, "ORRERY_A2A_DB_SCHEMA": schema}
-        async with running(env) as one, running(env) as two:
-            yield [one, two]
 
 
 @pytest.mark.postgres

@@ -13,12 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from tests.adapter.conftest import Server, delegated, fresh_schema, human, running
+from tests.adapter.conftest import Server, delegated, human
 
 ALICE_BOT = delegated()
 
@@ -182,14 +181,6 @@ async def test_racing_duplicate_follow_ups_run_the_gateway_once(server: Server) 
         "restart checkout",
         "is it approved yet?",
     ]
-
-
-@pytest.fixture
-async def replicas(database_url: str) -> AsyncIterator[list[Server]]:
-    async with fresh_schema(database_url) as schema:
-        env = {"DATABASE_URL": database_url, "ORRERY_A2A_DB_SCHEMA": schema}
-        async with running(env) as one, running(env) as two:
-            yield [one, two]
 
 
 @pytest.mark.postgres
