@@ -4,9 +4,9 @@ For every send, the SDK's request handler builds an `ActiveTask`: a producer and
 `asyncio.Task`, an agent queue and a subscriber queue (each with a dispatcher task, on
 culsans/aiologic queues and conditions), a request queue, locks and events — then the request
 subscribes to it and waits for its events to come back through two queues. Under load that was
-about half of the adapter's CPU per blocking send (py-spy, docs/benchmarks.md), and for a send
-that starts a task and waits for its answer it buys nothing: no other request can be queued on a
-task nobody has heard of yet, and its one waiter is the request itself.
+about half of the adapter's CPU per blocking send (py-spy, docs/adapter.md#performance), and for
+a send that starts a task and waits for its answer it buys nothing: no other request can be
+queued on a task nobody has heard of yet, and its one waiter is the request itself.
 
 Such a send (not `returnImmediately`, no `taskId`) runs here instead: the executor (the same
 chain as the SDK's: turn holding, recovery watch, gateway, deadline) runs in a task of its own,
