@@ -184,11 +184,19 @@ class RequestHandler(DefaultRequestHandler):
             last.status.state not in INTERRUPTED
         ):
             return
+        # A follow-up may have run between the turn's end and the SDK's subscription (the
+        # subscriber reads at its own pace): the SDK's snapshot, or the finished task, says how
+        # far it got, and is left out only when it is what the subscriber last heard.
         async with aclosing(super().on_subscribe_to_task(params, context)) as sdk:
             try:
-                await anext(sdk)  # the task's snapshot: the subscriber has it
-            except UnsupportedOperationError:  # a follow-up finished it meanwhile: nothing to add
+                snapshot = await anext(sdk)
+            except UnsupportedOperationError:  # the SDK refuses a finished task: it is the end
+                finished = await read_task(self.task_store, params.id, context)
+                if finished is not None:
+                    yield finished
                 return
+            if not isinstance(snapshot, pb.Task) or snapshot.status != last.status:
+                yield snapshot
             async for event in sdk:
                 yield event
 

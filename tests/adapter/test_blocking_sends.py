@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
 import pytest
+from a2a.server.context import ServerCallContext
+from a2a.server.events import Event
+from a2a.types import a2a_pb2 as pb
+from google.protobuf import json_format
 
+from adapter.app import AGENT
+from adapter.executor import pending_action_id
+from adapter.principal import PrincipalUser
 from tests.adapter.conftest import (
     Server,
     delegated,
@@ -182,6 +190,42 @@ async def test_a_subscriber_during_a_blocking_send_that_ends_waiting_stays_to_th
     assert states[1] == "TASK_STATE_INPUT_REQUIRED"
     assert states[-1] == "TASK_STATE_COMPLETED"
     assert kinds(events).count("task") == 1  # the task once, then its events
+
+
+async def heard_waiting(server: Server) -> tuple[AsyncGenerator[Event, None], str]:
+    """A subscription (read in step with the test) to a blocking send's task that has heard the
+    turn end INPUT_REQUIRED, whose action has then been approved; and the task's id."""
+    sending, task_id = await held_send(server, "restart checkout")
+    call = ServerCallContext(user=PrincipalUser(ALICE_BOT))
+    events = server.app[AGENT].on_subscribe_to_task(pb.SubscribeToTaskRequest(id=task_id), call)
+    assert isinstance(await anext(events), pb.Task)
+    assert server.gateway.hold is not None
+    server.gateway.hold.set()
+    heard = await anext(events)
+    assert isinstance(heard, pb.TaskStatusUpdateEvent)
+    assert heard.status.state == pb.TASK_STATE_INPUT_REQUIRED
+    action_id = pending_action_id(json_format.ParseDict(task_of(await sending), pb.Task()))
+    async with server.http(human("alice"), "approvals") as http:
+        await http.post(f"/approvals/{action_id}", json={"decision": "approve"})
+    return events, task_id
+
+
+def final_state(events: list[Event]) -> int:
+    last = events[-1]
+    assert isinstance(last, pb.Task | pb.TaskStatusUpdateEvent)
+    return last.status.state
+
+
+async def test_a_subscriber_slower_than_the_follow_up_still_hears_how_the_task_ended(
+    server: Server,
+) -> None:
+    """A subscriber that heard INPUT_REQUIRED and reads on only after the approved follow-up
+    finished the task gets the finished task, not a silent end of its stream."""
+    events, task_id = await heard_waiting(server)
+    await server.rpc(ALICE_BOT, "SendMessage", message_params("go ahead", taskId=task_id))
+    rest = [event async for event in events]
+    assert len(rest) == 1 and isinstance(rest[0], pb.Task)
+    assert final_state(rest) == pb.TASK_STATE_COMPLETED
 
 
 async def test_a_retry_during_a_blocking_send_is_answered_with_its_task_once_it_ends(
