@@ -39,7 +39,6 @@ ALLOWED: dict[str, frozenset[str]] = {
     # definitions to check the manifests, alerts and dashboard against them.
     "tests/deploy": SHARED | {"adapter", "authz", "stack", "tests"},
     "bench/authz_bench.py": SHARED | {"authz"},
-    "bench/http_authz_bench.py": SHARED | {"stack"},
     "bench/adapter_bench.py": SHARED | {"adapter"},
     "bench/adapter_stock_server.py": SHARED | {"adapter"},
     "bench/e2e_bench.py": SHARED | {"adapter", "stack"},
