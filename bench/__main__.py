@@ -1,21 +1,23 @@
 """Every performance goal of issue 14 in one run: `python -m bench` (from the repo root).
 
-    .venv/bin/python -m bench                 # about 6-8 minutes on 2 shared cores
+    .venv/bin/python -m bench                 # about 10-12 minutes on 2 shared cores
     .venv/bin/python -m bench --quick         # a smoke run: every part once, tiny numbers
     .venv/bin/python -m bench --no-write      # print only; leave docs/benchmarks.md alone
 
 Runs, each against a baseline started in the same run, and prints ratios:
 
 * profile — where a cached Check's microseconds go, in process (`bench/check_profile.py`);
-* P1 — CPU per cached gRPC Check vs a do-nothing `grpc.aio` Check server (`bench/authz_bench.py`'s
-  method: h2load, CPU from /proc, interleaved rounds, ratio per round);
-* P3, P4 — Envoy + authz vs Envoy's native `jwt_authn` on a direct-response route, the do-nothing
-  server as ext_authz (the floor), and the latency authz adds at 1 000 requests a second against
-  the same route without ext_authz (`bench/proxy_bench.py`);
+* P1 — CPU per cached Check on each transport vs a do-nothing server of that transport: gRPC vs
+  a `grpc.aio` Check server, HTTP vs an `httptools` server answering 200 (`bench/authz_bench.py`'s
+  harness: h2load, CPU from /proc, interleaved rounds, ratio per round);
+* P3, P4 — Envoy + authz on each transport vs Envoy's native `jwt_authn` on a direct-response
+  route, each transport's do-nothing server as ext_authz (the floors), and the latency each adds
+  at 1 000 requests a second against the same route without ext_authz, the Check servers pinned
+  to one core and everything else to the other (`bench/proxy_bench.py`);
 * P5 — authz's RSS under many distinct tokens and subjects, the adapter's stores at their bounds
   (`bench/memory_bench.py`, `bench/adapter_memory.py`);
-* P2 — the whole edge vs the stock a2a-sdk server without auth, blocking SendMessage, at 8 and 32
-  connections (`bench/e2e_bench.py`, cases `edge` and `stock`).
+* P2 — the whole edge with each transport vs the stock a2a-sdk server without auth, blocking
+  SendMessage, at 8 and 32 connections (`bench/e2e_bench.py`, cases `edge`, `edge-http`, `stock`).
 
 Then it rewrites the generated part of docs/benchmarks.md (between the `bench:begin`/`bench:end`
 markers) with the machine, the method and the numbers, and says which goals were met. Nothing is
@@ -57,11 +59,13 @@ DOC = ROOT / "docs/benchmarks.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 GOALS = {
-    "P1": 1.3,  # cached Check CPU ≤ 1.3x the do-nothing server
+    "P1": authz_bench.GOAL_RATIO,  # cached Check CPU ≤ 1.3x the do-nothing server
     "P2": 2.0,  # edge ≥ 2x stock req/s
     "P3": 0.25,  # Envoy+authz ≥ 0.25x jwt_authn req/s
     "P4": 1.0,  # added p99 ≤ 1 ms
 }
+HTTP_CPU_US = authz_bench.GOAL_HTTP_CPU_US  # and a cached Check on HTTP ≤ 100 µs CPU
+TRANSPORTS = authz_bench.TRANSPORTS
 
 
 @dataclass(frozen=True)
@@ -82,70 +86,67 @@ FULL = Plan(20_000, 3, 3, 5, 8.0, 30_000, 1_000_000, 3, 6, 10_000)
 QUICK = Plan(2_000, 1, 1, 1, 1.0, 200, 2_000, 1, 1, 500)
 
 
-def fmt_range(values: list[float], digits: int = 2) -> str:
-    return (
-        f"{statistics.median(values):.{digits}f}x "
-        f"[{min(values):.{digits}f}-{max(values):.{digits}f}]"
-    )
+def fmt_range(values: list[float]) -> str:
+    return spread((statistics.median(values), min(values), max(values)))
 
 
 # --- P1 -------------------------------------------------------------------------------------------
 
 
 def p1(plan: Plan) -> dict[str, Any]:
+    """A cached Check on each transport vs that transport's do-nothing server, one authz process
+    serving both (`authz_bench`'s harness), cases interleaved round by round."""
     work = Path(tempfile.mkdtemp(prefix="bench-p1-"))
     key = ec.generate_private_key(ec.SECP256R1())
     (work / "jwks.json").write_text(
         json.dumps({"keys": [authz_bench.public_jwk("es", key, "ES256")]})
     )
-    body = work / "es.bin"
-    body.write_bytes(authz_bench.grpc_frame(authz_bench.make_token(key, "es", "ES256")))
-    env = {
-        **check_profile.bench_env(work / "jwks.json"),
-        "ORRERY_A2A_AUTHZ_ADDR": "127.0.0.1:0",
-        "ORRERY_A2A_AUTHZ_DIAG_ADDR": "127.0.0.1:0",
-    }
-    python = sys.executable
-    args = argparse.Namespace(requests=plan.p1_requests, connections=2, streams=32)
+    token = authz_bench.make_token(key, "es", "ES256")
     servers = {
-        "baseline": authz_bench.start(
-            "baseline",
-            [python, authz_bench.__file__, "--baseline-server"],
+        f"do-nothing {transport}": authz_bench.start(
+            f"do-nothing {transport}",
+            authz_bench.baseline_command(transport),
             {},
-            work / "baseline.log",
-        ),
-        "authz": authz_bench.start("authz", [python, "-m", "authz"], env, work / "authz.log"),
+            work / f"baseline-{transport}.log",
+        )
+        for transport in authz_bench.TRANSPORTS
     }
-    runs: dict[str, list[authz_bench.Run]] = {name: [] for name in servers}
     try:
-        for number in range(plan.p1_rounds):
-            print(f"  P1 round {number + 1}/{plan.p1_rounds}", flush=True)
-            for name, server in servers.items():
-                runs[name].append(authz_bench.measure(server, body, args))
+        servers["authz"] = authz_bench.start(
+            "authz",
+            [sys.executable, "-m", "authz"],
+            authz_bench.authz_env(work / "jwks.json"),
+            work / "authz.log",
+        )
+        cases: dict[str, authz_bench.Case] = {}
+        for transport in authz_bench.TRANSPORTS:
+            load = authz_bench.load_for(transport, token, work / f"{transport}.bin")
+            cases[f"do-nothing {transport}"] = (servers[f"do-nothing {transport}"], load)
+            cases[f"authz {transport}"] = (servers["authz"], load)
+        runs = authz_bench.rounds(cases, plan.p1_requests, plan.p1_rounds)
     finally:
         for server in servers.values():
             server.stop()
         shutil.rmtree(work, ignore_errors=True)
-    ratios = [a.cpu_us / b.cpu_us for a, b in zip(runs["authz"], runs["baseline"], strict=True)]
-    return {
-        "cpu_us": {n: statistics.median(r.cpu_us for r in rs) for n, rs in runs.items()},
-        "rps": {n: statistics.median(r.rps for r in rs) for n, rs in runs.items()},
-        "ratios": ratios,
-    }
+    out: dict[str, Any] = {}
+    for transport in authz_bench.TRANSPORTS:
+        authz, base = runs[f"authz {transport}"], runs[f"do-nothing {transport}"]
+        pair = {"authz": authz, "baseline": base}
+        load = cases[f"authz {transport}"][1]
+        out[transport] = {
+            "cpu_us": {n: statistics.median(r.cpu_us for r in rs) for n, rs in pair.items()},
+            "rps": {n: statistics.median(r.rps for r in rs) for n, rs in pair.items()},
+            "ratios": authz_bench.cpu_ratios(authz, base),
+            "load": f"{load.connections} connections x {load.streams} "
+            + ("streams (HTTP/2)" if transport == "grpc" else "request at a time (HTTP/1.1)"),
+        }
+    return out
 
 
 # --- P3 / P4 --------------------------------------------------------------------------------------
 
 
 def p3_p4(plan: Plan) -> dict[str, Any]:
-    def floor(work: Path) -> authz_bench.Server:
-        return authz_bench.start(
-            "floor",
-            [sys.executable, authz_bench.__file__, "--baseline-server"],
-            {},
-            work / "floor.log",
-        )
-
     results = run_in_scratch(
         "bench-proxy-",
         lambda work: proxy_bench.run(
@@ -155,7 +156,6 @@ def p3_p4(plan: Plan) -> dict[str, Any]:
             connections=32,
             rate=1000,
             latency_seconds=plan.latency_seconds,
-            start_floor=floor,
         ),
     )
     return proxy_bench.summary(results)
@@ -191,6 +191,8 @@ def p5(plan: Plan) -> dict[str, Any]:
 
 # --- P2 -------------------------------------------------------------------------------------------
 
+EDGES = {"edge-grpc": "edge", "edge-http": "edge-http"}  # as reported: e2e_bench's case
+
 
 def p2(plan: Plan) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -199,21 +201,24 @@ def p2(plan: Plan) -> dict[str, Any]:
             duration=plan.e2e_seconds,
             connections=connections,
             rounds=plan.e2e_rounds,
-            cases=("edge", "stock"),
+            cases=(*EDGES.values(), "stock"),
         )
         print(f"  P2 at {connections} connections", flush=True)
         bench = run_in_scratch("bench-e2e-", functools.partial(e2e_bench.run, args))
-        edge, stock = bench.results["edge"], bench.results["stock"]
-        out[str(connections)] = {
-            "ratios": [e.run.rps / s.run.rps for e, s in zip(edge, stock, strict=True)],
-            "edge_rps": statistics.median(r.run.rps for r in edge),
-            "stock_rps": statistics.median(r.run.rps for r in stock),
-            "edge_cpu": {
-                process: statistics.median(r.cpu_ms[process] for r in edge)
-                for process in edge[0].cpu_ms
-            },
-            "stock_cpu": statistics.median(r.total_cpu_ms for r in stock),
-        }
+        stock = bench.results["stock"]
+        row: dict[str, Any] = {"stock_rps": statistics.median(r.run.rps for r in stock)}
+        row["stock_cpu"] = statistics.median(r.total_cpu_ms for r in stock)
+        for name, case in EDGES.items():
+            edge = bench.results[case]
+            row[name] = {
+                "ratios": [e.run.rps / s.run.rps for e, s in zip(edge, stock, strict=True)],
+                "rps": statistics.median(r.run.rps for r in edge),
+                "cpu": {
+                    process: statistics.median(r.cpu_ms[process] for r in edge)
+                    for process in edge[0].cpu_ms
+                },
+            }
+        out[str(connections)] = row
     return out
 
 
@@ -252,73 +257,9 @@ def render(results: dict[str, Any], plan: Plan, started: float) -> str:
         lines += [f"| {name.strip()} | {us:.1f} |" for name, us in results["profile"]]
         lines.append("")
     if "P1" in results:
-        r = results["P1"]
-        ratio = statistics.median(r["ratios"])
-        lines += [
-            "### P1: cached gRPC Check vs a do-nothing `grpc.aio` Check server",
-            "",
-            f"h2load, {plan.p1_requests} requests x {plan.p1_rounds} rounds, 2 connections x 32 "
-            "streams; CPU of the server process from /proc.",
-            "",
-            "| server | CPU µs/Check | req/s |",
-            "|---|---:|---:|",
-            f"| do-nothing | {r['cpu_us']['baseline']:.0f} | {r['rps']['baseline']:.0f} |",
-            f"| authz, cached ES256 | {r['cpu_us']['authz']:.0f} | {r['rps']['authz']:.0f} |",
-            "",
-            f"Ratio per round: {fmt_range(r['ratios'])} — goal ≤ {GOALS['P1']}x: "
-            f"{met(ratio <= GOALS['P1'])}.",
-            "",
-        ]
+        lines += p1_section(results["P1"], plan)
     if "P3" in results:
-        r = results["P3"]
-        tp = r["throughput"]
-        lines += [
-            "### P3: Envoy + authz vs Envoy's native `jwt_authn` (direct-response route)",
-            "",
-            f"`wrk -t1 -c32`, {plan.proxy_seconds} s x {plan.proxy_rounds} rounds; Envoy with "
-            f"{os.cpu_count()} worker threads; authz: one process, gRPC transport.",
-            "",
-            "| case | req/s | CPU ms/request |",
-            "|---|---:|---|",
-        ]
-        for name, row in tp.items():
-            split = " + ".join(f"{p} {ms:.3f}" for p, ms in row["cpu_ms"].items())
-            lines.append(f"| {name} | {row['rps']:.0f} | {split} |")
-        ratio = r["authz_vs_jwt"]
-        lines += [
-            "",
-            f"authz / jwt-authn: {ratio[0]:.2f}x [{ratio[1]:.2f}-{ratio[2]:.2f}] — goal ≥ "
-            f"{GOALS['P3']}x: {met(ratio[0] >= GOALS['P3'])}. The floor (do-nothing gRPC "
-            f"ext_authz) is {r['floor_vs_jwt'][0]:.2f}x "
-            f"[{r['floor_vs_jwt'][1]:.2f}-{r['floor_vs_jwt'][2]:.2f}]; no ext_authz at all "
-            f"{r['direct_vs_jwt'][0]:.2f}x.",
-            "",
-            "### P4: latency authz adds at 1 000 requests/s",
-            "",
-            f"h2load paced at 1 000 requests/s (20 HTTP/1.1 connections x 50/s), "
-            f"{plan.latency_seconds:.0f} s per case and round, through Envoy; ms:",
-            "",
-            "| case | p50 | p99 | p99.9 | errors |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        for name, row in r["latency"].items():
-            lines.append(
-                f"| {name} | {row['p50']:.2f} | {row['p99']:.2f} | {row['p999']:.2f} | "
-                f"{row['errors']} |"
-            )
-        added = r["added"]["authz"]
-        p99 = statistics.median(added["p99"])
-        lines += [
-            "",
-            "Added over `direct` (per round, median [range], ms): "
-            + ", ".join(
-                f"{key} {statistics.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]"
-                for key, v in added.items()
-            )
-            + f"; the do-nothing floor adds p99 {statistics.median(r['added']['floor']['p99']):.2f}"
-            f". Goal p99 ≤ {GOALS['P4']} ms: {met(p99 <= GOALS['P4'])}.",
-            "",
-        ]
+        lines += p3_section(results["P3"], plan) + p4_section(results["P3"], plan)
     if "P5" in results:
         a, d = results["P5"]["authz"], results["P5"]["adapter"]
         tokens = ", ".join(
@@ -343,28 +284,145 @@ def render(results: dict[str, Any], plan: Plan, started: float) -> str:
             "",
         ]
     if "P2" in results:
-        lines += [
-            "### P2: the whole edge vs the stock a2a-sdk server without auth",
-            "",
-            f"Blocking SendMessage, `wrk -t1`, {plan.e2e_seconds} s x {plan.e2e_rounds} rounds.",
-            "",
-            "| connections | edge req/s | stock req/s | edge / stock | edge CPU ms/req "
-            "| stock CPU ms/req |",
-            "|---:|---:|---:|---|---|---:|",
-        ]
-        goal_met = True
-        for connections, row in results["P2"].items():
-            split = " + ".join(f"{p} {ms:.2f}" for p, ms in row["edge_cpu"].items())
-            goal_met = goal_met and statistics.median(row["ratios"]) >= GOALS["P2"]
-            lines.append(
-                f"| {connections} | {row['edge_rps']:.0f} | {row['stock_rps']:.0f} | "
-                f"{fmt_range(row['ratios'])} | {split} | {row['stock_cpu']:.2f} |"
-            )
-        lines += ["", f"Goal ≥ {GOALS['P2']}x at 8 and 32 connections: {met(goal_met)}.", ""]
+        lines += p2_section(results["P2"], plan)
     for name, reason in results.get("failed", {}).items():
         lines += [f"**{name} did not complete in this run**: `{reason}`", ""]
     lines.append(END)
     return "\n".join(lines)
+
+
+def p1_section(r: dict[str, Any], plan: Plan) -> list[str]:
+    lines = [
+        "### P1: a cached Check vs a do-nothing server of the same transport",
+        "",
+        f"h2load, {plan.p1_requests} requests x {plan.p1_rounds} rounds per case, cases "
+        "interleaved; one authz process serves both transports; CPU of the server process from "
+        "/proc. gRPC: a do-nothing `grpc.aio` Check server (authz's options); HTTP: a do-nothing "
+        "`httptools` + `asyncio.Protocol` server answering 200.",
+        "",
+        "| transport | load | do-nothing CPU µs | authz CPU µs | do-nothing req/s | authz req/s "
+        "| authz / do-nothing (CPU, per round) |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for transport, row in r.items():
+        lines.append(
+            f"| {transport} | {row['load']} | {row['cpu_us']['baseline']:.0f} | "
+            f"{row['cpu_us']['authz']:.0f} | {row['rps']['baseline']:.0f} | "
+            f"{row['rps']['authz']:.0f} | {fmt_range(row['ratios'])} |"
+        )
+    lines.append("")
+    for transport, row in r.items():
+        ratio = statistics.median(row["ratios"])
+        line = (
+            f"* {transport}: ≤ {GOALS['P1']}x the do-nothing server — {ratio:.2f}x, "
+            f"{met(ratio <= GOALS['P1'])}"
+        )
+        if transport == "http":
+            cpu = row["cpu_us"]["authz"]
+            line += f"; ≤ {HTTP_CPU_US:.0f} µs CPU — {cpu:.0f} µs, {met(cpu <= HTTP_CPU_US)}"
+        lines.append(line + ".")
+    return [*lines, ""]
+
+
+def p3_section(r: dict[str, Any], plan: Plan) -> list[str]:
+    lines = [
+        "### P3: Envoy + authz vs Envoy's native `jwt_authn` (direct-response route)",
+        "",
+        f"`wrk -t1 -c32`, {plan.proxy_seconds} s x {plan.proxy_rounds} rounds, cases interleaved; "
+        f"Envoy with {r['workers']} worker threads; authz: one process (1 worker) serving both "
+        "transports; nothing pinned. Ratios per round against the same round's `jwt-authn`.",
+        "",
+        "| case | req/s | / jwt-authn | CPU ms/request |",
+        "|---|---:|---|---|",
+    ]
+    for name, row in r["throughput"].items():
+        split = " + ".join(f"{p} {ms:.3f}" for p, ms in row["cpu_ms"].items())
+        lines.append(f"| {name} | {row['rps']:.0f} | {spread(row['vs_jwt'])} | {split} |")
+    lines.append("")
+    for transport in TRANSPORTS:
+        ratio = r["throughput"][f"authz-{transport}"]["vs_jwt"]
+        floor = r["throughput"][f"floor-{transport}"]["vs_jwt"]
+        lines.append(
+            f"* {transport}: authz / jwt-authn {spread(ratio)} — goal ≥ {GOALS['P3']}x: "
+            f"{met(ratio[0] >= GOALS['P3'])} (one authz process, Envoy's {r['workers']} "
+            f"workers); the floor (do-nothing {transport} ext_authz) is {spread(floor)}."
+        )
+    return [*lines, ""]
+
+
+def p4_section(r: dict[str, Any], plan: Plan) -> list[str]:
+    lines = [
+        "### P4: latency a check adds at 1 000 requests/s, the Check server on a core of its own",
+        "",
+        "h2load paced at 1 000 requests/s (20 HTTP/1.1 connections opened 1 ms apart, each at "
+        f"50/s: about one request a millisecond), "
+        f"{plan.latency_seconds:.0f} s per case and round, through Envoy; {r['pinning']} "
+        "(`sched_setaffinity`, every thread; processes this bench did not start may use either "
+        "core). ms:",
+        "",
+        "| case | p50 | p99 | p99.9 | errors |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, row in r["latency"].items():
+        lines.append(
+            f"| {name} | {row['p50']:.2f} | {row['p99']:.2f} | {row['p999']:.2f} | "
+            f"{row['errors']} |"
+        )
+    lines += [
+        "",
+        "Added over `direct`, per round (median [range]), ms:",
+        "",
+        "| case | p50 | p99 | p99.9 |",
+        "|---|---|---|---|",
+    ]
+    for name, added in r["added"].items():
+        cells = " | ".join(spread(added[key], "") for key in ("p50", "p99", "p999"))
+        lines.append(f"| {name} | {cells} |")
+    lines.append("")
+    for transport in TRANSPORTS:
+        p99 = r["added"][f"authz-{transport}"]["p99"][0]
+        lines.append(
+            f"* {transport}: authz adds p99 {p99:.2f} ms — goal ≤ {GOALS['P4']:.0f} ms: "
+            f"{met(p99 <= GOALS['P4'])}."
+        )
+    return [*lines, ""]
+
+
+def p2_section(r: dict[str, Any], plan: Plan) -> list[str]:
+    lines = [
+        "### P2: the whole edge vs the stock a2a-sdk server without auth",
+        "",
+        f"Blocking SendMessage, `wrk -t1`, {plan.e2e_seconds} s x {plan.e2e_rounds} rounds, cases "
+        "interleaved: `edge-grpc` is the stack as `orrery-a2a up` starts it, `edge-http` a second "
+        "Envoy rendered with `--authz-transport http` in front of the same authz and adapter.",
+        "",
+        "| connections | case | req/s | / stock (per round) | CPU ms/req |",
+        "|---:|---|---:|---|---|",
+    ]
+    verdicts = dict.fromkeys(EDGES, True)
+    for connections, row in r.items():
+        for name in EDGES:
+            edge = row[name]
+            split = " + ".join(f"{p} {ms:.2f}" for p, ms in edge["cpu"].items())
+            verdicts[name] = verdicts[name] and statistics.median(edge["ratios"]) >= GOALS["P2"]
+            lines.append(
+                f"| {connections} | {name} | {edge['rps']:.0f} | {fmt_range(edge['ratios'])} "
+                f"| {split} |"
+            )
+        lines.append(
+            f"| {connections} | stock | {row['stock_rps']:.0f} | — | {row['stock_cpu']:.2f} |"
+        )
+    lines.append("")
+    lines += [
+        f"* {name}: ≥ {GOALS['P2']}x at 8 and 32 connections — {met(ok)}."
+        for name, ok in verdicts.items()
+    ]
+    return [*lines, ""]
+
+
+def spread(values: tuple[float, float, float], unit: str = "x") -> str:
+    """(median, min, max) as `median [min-max]`."""
+    return f"{values[0]:.2f}{unit} [{values[1]:.2f} to {values[2]:.2f}]"
 
 
 def write_doc(section: str) -> None:
@@ -400,10 +458,13 @@ def main() -> None:
             "profile: a cached Check in process",
             lambda: asyncio.run(check_profile.profile(plan.profile_calls, False)),
         ),
-        "P1": ("P1: authz vs a do-nothing grpc.aio server", lambda: p1(plan)),
-        "P3": ("P3/P4: Envoy + authz vs jwt_authn; latency at 1000/s", lambda: p3_p4(plan)),
+        "P1": ("P1: authz vs a do-nothing server, gRPC and HTTP", lambda: p1(plan)),
+        "P3": (
+            "P3/P4: Envoy + authz (gRPC, HTTP) vs jwt_authn; latency at 1000/s, pinned",
+            lambda: p3_p4(plan),
+        ),
         "P5": ("P5: memory", lambda: p5(plan)),
-        "P2": ("P2: edge vs stock a2a-sdk server", lambda: p2(plan)),
+        "P2": ("P2: edge (gRPC, HTTP) vs stock a2a-sdk server", lambda: p2(plan)),
     }
     failed: dict[str, str] = {}
     for name, (title, step) in steps.items():

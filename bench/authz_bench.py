@@ -59,6 +59,7 @@ from typing import Any, Literal, cast
 import grpc
 import httptools
 import jwt
+from adapter_bench import cpu_seconds
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from envoy.service.auth.v3 import external_auth_pb2_grpc
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest, CheckResponse
@@ -72,7 +73,6 @@ AUDIENCE = "orrery-a2a"
 CHECK_PATH = "/envoy.service.auth.v3.Authorization/Check"
 HTTP_CHECK_PATH = "/ext_authz/a2a"
 BASELINE = "baseline (do-nothing)"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 Transport = Literal["grpc", "http"]
 TRANSPORTS: tuple[Transport, ...] = ("grpc", "http")
 GOAL_RATIO = 1.3  # P1: a cached Check ≤ 1.3x the do-nothing server of the same transport
@@ -226,13 +226,9 @@ def load_for(transport: Transport, token: str, body: Path) -> Load:
     return Load("http", flags, HTTP_CHECK_PATH, connections=8, streams=1)
 
 
-def authz_env(jwks_file: Path) -> dict[str, str]:
-    """authz as configured by default on both transports, every address chosen by the OS, the
-    rate limit never refusing."""
+def bench_env(jwks_file: Path) -> dict[str, str]:
+    """authz's settings as configured by default, but for the rate limit, never refusing."""
     return {
-        "ORRERY_A2A_AUTHZ_ADDR": "127.0.0.1:0",
-        "ORRERY_A2A_AUTHZ_HTTP_ADDR": "127.0.0.1:0",
-        "ORRERY_A2A_AUTHZ_DIAG_ADDR": "127.0.0.1:0",
         "ORRERY_A2A_JWT_ISSUER": ISSUER,
         "ORRERY_A2A_JWT_AUDIENCE": AUDIENCE,
         "ORRERY_CONSOLE_JWT_AUDIENCE": "orrery-console",
@@ -243,12 +239,17 @@ def authz_env(jwks_file: Path) -> dict[str, str]:
     }
 
 
+def authz_env(jwks_file: Path) -> dict[str, str]:
+    """`bench_env` on both transports and the diagnostics address, each port chosen by the OS."""
+    return {
+        "ORRERY_A2A_AUTHZ_ADDR": "127.0.0.1:0",
+        "ORRERY_A2A_AUTHZ_HTTP_ADDR": "127.0.0.1:0",
+        "ORRERY_A2A_AUTHZ_DIAG_ADDR": "127.0.0.1:0",
+        **bench_env(jwks_file),
+    }
+
+
 # --- processes and measurement -------------------------------------------------------------------
-
-
-def pid_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
 @dataclass
@@ -262,7 +263,7 @@ class Server:
         return self.addresses[transport]
 
     def cpu_seconds(self) -> float:
-        return pid_cpu_seconds(self.proc.pid)
+        return cpu_seconds(self.proc.pid)  # utime + stime, every thread
 
     def allowed(self) -> float:
         if self.metrics is None:

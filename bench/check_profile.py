@@ -40,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import authz_bench` as a script
 
-from authz_bench import AUDIENCE, ISSUER, grpc_frame, make_token, public_jwk
+from authz_bench import AUDIENCE, bench_env, grpc_frame, make_token, public_jwk
 from cryptography.hazmat.primitives.asymmetric import ec
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest
 
@@ -55,20 +55,7 @@ from authz.service import AuthorizationService, check_view
 from authz.settings import AuthzSettings
 from authz.surfaces import surface_of
 from authz.tokens import TokenVerifier
-from contract.assertion import new_keys_spec
 from runtime import logs
-
-
-def bench_env(jwks_file: Path) -> dict[str, str]:
-    return {
-        "ORRERY_A2A_JWT_ISSUER": ISSUER,
-        "ORRERY_A2A_JWT_AUDIENCE": AUDIENCE,
-        "ORRERY_CONSOLE_JWT_AUDIENCE": "orrery-console",
-        "ORRERY_CONSOLE_CLIENTS": "console",
-        "ORRERY_A2A_JWKS_FILE": str(jwks_file),
-        "ORRERY_A2A_ASSERTION_KEYS": new_keys_spec("bench"),
-        "ORRERY_A2A_RATE_LIMIT": "100000000/second",
-    }
 
 
 class Parts:

@@ -4,10 +4,13 @@ Cases, all in one run, driven by the same load tool (`wrk` + `bench/adapter_send
 8 connections), interleaved round by round:
 
 * `edge` — Envoy + authz + adapter, started exactly as `orrery-a2a up` starts them
-  (`stack.up.LocalStack`, `envoy/envoy.yaml` as shipped), one bearer token from the stack's dev
-  issuer. authz's rate limit, the adapter's in-flight cap and Envoy's per-address budget are
-  raised so one token from one address can use every connection; everything else (logs included)
-  is as shipped.
+  (`stack.up.LocalStack`, `envoy/envoy.yaml` as shipped, ext_authz over gRPC), one bearer token
+  from the stack's dev issuer. authz's rate limit, the adapter's in-flight cap and Envoy's
+  per-address budget are raised so one token from one address can use every connection;
+  everything else (logs included) is as shipped.
+* `edge-http` — the same with ext_authz over authz's HTTP transport: a second Envoy, rendered as
+  `up --authz-transport http` renders it, in front of the same authz (which serves both transports
+  here: ORRERY_A2A_AUTHZ_HTTP_ADDR is in its environment) and the same adapter.
 * `jwt-authn` — a second Envoy on a bench-only rendering of the same file in which ext_authz is
   replaced by Envoy's native `jwt_authn` (the same token; the issuer's JWKS inline as
   `local_jwks`), in front of the same adapter. The adapter trusts only an assertion bound to
@@ -60,7 +63,7 @@ from stack.up import LocalStack, envoy_component, free_port, generate_secrets
 from stack.wiring import DEV_AUDIENCE
 
 WARM_UP_SECONDS = 2
-CASES = ("edge", "jwt-authn", "adapter", "stock")
+CASES = ("edge", "edge-http", "jwt-authn", "adapter", "stock")
 JWT_AUTHN_TYPE = "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication"
 BENCH_REQUEST_ID = "e2e-bench-static-request-id"
 SUBJECT, AGENT, CLIENT = "bench-user", "bench-agent", "dev-agent-client"  # the token's principal
@@ -68,6 +71,7 @@ BENCH_ENV = {
     "ORRERY_A2A_RATE_LIMIT": "100000000/second",
     "ORRERY_A2A_MAX_IN_FLIGHT": "1000",
     "ORRERY_A2A_CLIENT_RATE_LIMIT": "100000000/second",  # the load comes from one address
+    "ORRERY_A2A_AUTHZ_HTTP_ADDR": "127.0.0.1:0",  # authz serves HTTP too (for `edge-http`)
 }
 
 
@@ -194,13 +198,40 @@ async def start_jwt_envoy(
         adapter=parse_address(str(running["adapter"].details["addr"])),
     )
     jwks = {"keys": [public_jwk(load_signing_key(Path(state.key_file)))]}
-    config_path = work / "envoy-jwt-authn.yaml"
-    envoy_config.write(jwt_authn_config(rendered, state, jwks, assertion), config_path)
-    supervisor = Supervisor(work / "logs-jwt")
+    config = jwt_authn_config(rendered, state, jwks, assertion)
+    return await start_envoy(work, "jwt-authn", config), port
+
+
+async def start_envoy(work: Path, name: str, config: envoy_config.Config) -> Supervisor:
+    """Envoy on `config`, supervised as the stack supervises its own, ready when it returns."""
+    path = work / f"envoy-{name}.yaml"
+    envoy_config.write(config, path)
+    supervisor = Supervisor(work / f"logs-{name}")
     await supervisor.start(
-        envoy_component("envoy-jwt", config_path, work / "envoy-jwt-admin.txt", os.environ)
+        envoy_component(f"envoy-{name}", path, work / f"envoy-{name}-admin.txt", os.environ)
     )
-    return supervisor, port
+    return supervisor
+
+
+async def start_http_edge(
+    work: Path, stack: LocalStack, settings: StackSettings, edge: Case
+) -> tuple[Supervisor, Case]:
+    """`edge` through an Envoy rendered as `up --authz-transport http` renders it, beside the
+    stack's own."""
+    running = {item.name: item for item in stack.supervisor.running}
+    port = free_port("127.0.0.1")
+    config = envoy_config.render(
+        envoy_config.load(envoy_config.repo_config_path()),
+        listen=("127.0.0.1", port),
+        admin=("127.0.0.1", 0),
+        authz=parse_address(str(running["authz"].details["http"])),
+        adapter=parse_address(str(running["adapter"].details["addr"])),
+        policy=settings.edge,
+        authz_transport="http",
+    )
+    supervisor = await start_envoy(work, "edge-http", config)
+    pids = {**edge.pids, "envoy": supervisor.running[0].pid}
+    return supervisor, Case("edge-http", port, pids, edge.headers)
 
 
 def ratio_line(bench: Bench, name: str, baseline: str) -> str:
@@ -235,6 +266,7 @@ def report(bench: Bench) -> None:
         ("edge", "adapter"),
         ("jwt-authn", "adapter"),
         ("edge", "stock"),
+        ("edge-http", "stock"),
     ):
         print(ratio_line(bench, name, baseline))
 
@@ -249,6 +281,7 @@ async def run(args: argparse.Namespace, work: Path) -> Bench:
     secrets = generate_secrets(state_dir)
     stock, stock_port = start_stock("true")
     bench = Bench(args)
+    http_edge: Supervisor | None = None
     try:
         state = await stack.start_all(secrets)
         components = {item.name: item for item in stack.supervisor.running}
@@ -272,10 +305,14 @@ async def run(args: argparse.Namespace, work: Path) -> Bench:
         )
         baseline = Case("stock", stock_port, {"stock": stock.pid})
         cases = getattr(args, "cases", CASES)
+        if "edge-http" in cases:
+            http_edge, edge_http = await start_http_edge(work, stack, settings, edge)
         for number in range(1, args.rounds + 1):
             print(f"round {number}", flush=True)
             if "edge" in cases:
                 await bench.measure(edge)
+            if "edge-http" in cases:
+                await bench.measure(edge_http)
             if "jwt-authn" in cases:
                 supervisor, jwt_port = await start_jwt_envoy(work, stack, state, keys, token_exp)
                 try:
@@ -288,6 +325,8 @@ async def run(args: argparse.Namespace, work: Path) -> Bench:
             if "stock" in cases:
                 await bench.measure(baseline)
     finally:
+        if http_edge is not None:
+            await http_edge.stop()
         await stack.supervisor.stop()
         stack.cleanup()
         stock.terminate()

@@ -35,8 +35,8 @@ def rss_mib() -> float:
 
 async def authz_memory(tokens: int, subjects: int) -> dict[str, Any]:
     import jwt
-    from authz_bench import AUDIENCE, ISSUER, public_jwk
-    from check_profile import Parts, bench_env
+    from authz_bench import AUDIENCE, ISSUER, bench_env, public_jwk
+    from check_profile import Parts
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
     from authz.decision import Allow, CheckView
