@@ -357,16 +357,18 @@ def p4_section(r: dict[str, Any], plan: Plan) -> list[str]:
         "h2load paced at 1 000 requests/s (20 HTTP/1.1 connections opened 1 ms apart, each at "
         f"50/s: about one request a millisecond), "
         f"{plan.latency_seconds:.0f} s per case and round, through Envoy; {r['pinning']} "
-        "(`sched_setaffinity`, every thread; processes this bench did not start may use either "
-        "core). ms:",
+        "(`sched_setaffinity`, every thread). Processes this bench did not start may still run "
+        "on either core: the last column is the share of the Check servers' core that went to "
+        "anything else during the case — those processes, and the kernel's own work such as "
+        "loopback packets (/proc/stat's busy time, less the Check servers' CPU). ms:",
         "",
-        "| case | p50 | p99 | p99.9 | errors |",
-        "|---|---:|---:|---:|---:|",
+        "| case | p50 | p99 | p99.9 | errors | the Check core's time to anything else |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name, row in r["latency"].items():
         lines.append(
             f"| {name} | {row['p50']:.2f} | {row['p99']:.2f} | {row['p999']:.2f} | "
-            f"{row['errors']} |"
+            f"{row['errors']} | {row['others']:.0%} |"
         )
     lines += [
         "",

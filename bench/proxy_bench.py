@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import operator
 import os
 import statistics
 import subprocess
@@ -48,7 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import authz_bench
-from adapter_bench import cpu_seconds
+from adapter_bench import CLOCK_TICKS, cpu_seconds
 from e2e_bench import BENCH_ENV, jwt_authn_config, start_envoy
 
 from runtime.addresses import parse_address
@@ -94,6 +95,9 @@ class Latency:
     p99_ms: float
     p999_ms: float
     errors: int
+    # of the Check servers' core over the run: busy with anything but them (other processes, the
+    # kernel's own work such as loopback packets)
+    others_share: float = float("nan")
 
 
 @dataclass
@@ -229,6 +233,17 @@ def pinned(checks: Iterable[int], others: Iterable[int]) -> Iterator[str]:
     finally:
         for pid in [*checks, *others]:
             place(pid, everything, usual)
+
+
+def core_seconds(core: int, pids: Iterable[int]) -> tuple[float, float]:
+    """CPU seconds so far that `core` spent busy (/proc/stat: all but idle and iowait), and that
+    `pids` spent on any core (pinned to `core`, theirs is all on it)."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{core} "):
+            ticks = [int(field) for field in line.split()[1:9]]
+            busy = sum(ticks) - ticks[3] - ticks[4]  # idle, iowait
+            return busy / CLOCK_TICKS, sum(cpu_seconds(pid) for pid in pids)
+    raise RuntimeError(f"no cpu{core} in /proc/stat")
 
 
 def throughput(
@@ -369,12 +384,16 @@ async def run(
                     pids,
                 )
                 results.throughput.setdefault(name, []).append(run)
+            check_core = min(os.sched_getaffinity(0))
             with pinned(check_pids, other_pids) as results.pinning:
                 for name in (*CHECKS, "direct"):
                     await asyncio.to_thread(paced, cases[name][0], token, rate, 1, work)  # warm up
+                    before, started = core_seconds(check_core, check_pids), time.monotonic()
                     latency = await asyncio.to_thread(
                         paced, cases[name][0], token, rate, latency_seconds, work
                     )
+                    busy, ours = map(operator.sub, core_seconds(check_core, check_pids), before)
+                    latency.others_share = (busy - ours) / (time.monotonic() - started)
                     results.latency.setdefault(name, []).append(latency)
     finally:
         for supervisor in supervisors:
@@ -411,6 +430,7 @@ def summary(results: ProxyResults) -> dict[str, Any]:
             "p99": statistics.median(run.p99_ms for run in runs),
             "p999": statistics.median(run.p999_ms for run in runs),
             "errors": sum(run.errors for run in runs),
+            "others": statistics.median(run.others_share for run in runs),
         }
         for name, runs in results.latency.items()
     }
