@@ -54,6 +54,7 @@ from contract.assertion import AssertionKeys, sign
 from contract.identity import Principal
 from runtime.addresses import parse_address
 from stack import envoy_config
+from stack.edge_policy import EdgePolicy
 from stack.keys import load_signing_key, public_jwk
 from stack.settings import ADDRESSES, StackSettings
 from stack.state import StackState
@@ -188,18 +189,30 @@ async def start_jwt_envoy(
         token_expires_at=token_exp,
         now=now,
     )
+    rendered, port = render_edge(stack)
+    jwks = {"keys": [public_jwk(load_signing_key(Path(state.key_file)))]}
+    config = jwt_authn_config(rendered, state, jwks, assertion)
+    return await start_envoy(work, "jwt-authn", config), port
+
+
+def render_edge(
+    stack: LocalStack,
+    transport: envoy_config.AuthzTransport = "grpc",
+    policy: EdgePolicy | None = None,
+) -> tuple[envoy_config.Config, int]:
+    """envoy.yaml in front of the stack's authz (over `transport`) and adapter, on a free port."""
     running = {item.name: item for item in stack.supervisor.running}
     port = free_port("127.0.0.1")
     rendered = envoy_config.render(
         envoy_config.load(envoy_config.repo_config_path()),
         listen=("127.0.0.1", port),
         admin=("127.0.0.1", 0),
-        authz=parse_address(str(running["authz"].details["grpc"])),
+        authz=parse_address(str(running["authz"].details[transport])),
         adapter=parse_address(str(running["adapter"].details["addr"])),
+        policy=policy,
+        authz_transport=transport,
     )
-    jwks = {"keys": [public_jwk(load_signing_key(Path(state.key_file)))]}
-    config = jwt_authn_config(rendered, state, jwks, assertion)
-    return await start_envoy(work, "jwt-authn", config), port
+    return rendered, port
 
 
 async def start_envoy(work: Path, name: str, config: envoy_config.Config) -> Supervisor:
@@ -218,17 +231,7 @@ async def start_http_edge(
 ) -> tuple[Supervisor, Case]:
     """`edge` through an Envoy rendered as `up --authz-transport http` renders it, beside the
     stack's own."""
-    running = {item.name: item for item in stack.supervisor.running}
-    port = free_port("127.0.0.1")
-    config = envoy_config.render(
-        envoy_config.load(envoy_config.repo_config_path()),
-        listen=("127.0.0.1", port),
-        admin=("127.0.0.1", 0),
-        authz=parse_address(str(running["authz"].details["http"])),
-        adapter=parse_address(str(running["adapter"].details["addr"])),
-        policy=settings.edge,
-        authz_transport="http",
-    )
+    config, port = render_edge(stack, "http", settings.edge)
     supervisor = await start_envoy(work, "edge-http", config)
     pids = {**edge.pids, "envoy": supervisor.running[0].pid}
     return supervisor, Case("edge-http", port, pids, edge.headers)
