@@ -43,6 +43,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -52,6 +53,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -335,19 +337,25 @@ def measure(server: Server, load: Load, requests: int) -> Run:
 Case = tuple[Server, Load]
 
 
-def rounds(cases: dict[str, Case], requests: int, count: int) -> dict[str, list[Run]]:
-    """Every case once a round, interleaved, `count` rounds."""
+def rounds(
+    cases: dict[str, Case], requests: Mapping[Transport, int], count: int
+) -> dict[str, list[Run]]:
+    """Every case once a round, interleaved, `count` rounds, `requests[transport]` each."""
     results: dict[str, list[Run]] = {name: [] for name in cases}
     for number in range(count):
         for name, (server, load) in cases.items():
-            results[name].append(measure(server, load, requests))
+            results[name].append(measure(server, load, requests[load.transport]))
         print(f"  round {number + 1}/{count} done", file=sys.stderr, flush=True)
     return results
 
 
 def cpu_ratios(runs: list[Run], baseline: list[Run]) -> list[float]:
-    """CPU per request over the same round's baseline."""
-    return [run.cpu_us / base.cpu_us for run, base in zip(runs, baseline, strict=True)]
+    """CPU per request over the same round's baseline (NaN where the baseline's run was shorter
+    than a clock tick: too few requests to measure)."""
+    return [
+        run.cpu_us / base.cpu_us if base.cpu_us else math.nan
+        for run, base in zip(runs, baseline, strict=True)
+    ]
 
 
 def main() -> None:
@@ -391,7 +399,7 @@ def main() -> None:
             "authz, uncached RS256": (servers["uncached"], rs),
             "  cached, no decision log": (servers["quiet"], es),
         }
-        results = rounds(cases, args.requests, args.rounds)
+        results = rounds(cases, {transport: args.requests}, args.rounds)
         diagnostics = diagnostics_cost(servers["cached"]) if transport == "grpc" else None
     finally:
         for server in servers.values():
