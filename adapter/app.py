@@ -51,6 +51,9 @@ logger = logging.getLogger("adapter")
 PARKED_TASK_RELEASE_SECONDS = 60.0
 # How long a stop waits for the turns it ended to return (each ends its task FAILED first).
 TURNS_STOP_SECONDS = 2.0
+# How long a stop waits for the a2a-sdk to tear down its active tasks. `ActiveTask.aclose` has hung
+# when another writer ended its task mid-turn; past this the stop goes on (the stores still close).
+HANDLER_CLOSE_SECONDS = 5.0
 
 
 def public_origin(public_url: str) -> str:
@@ -218,7 +221,7 @@ def _assemble(
         await stop_turns()
         await drain.close()
         await recovery.close()
-        await handler.aclose()
+        await _close_handler(handler)
         await limiters.close()
         await stores.close()
 
@@ -226,6 +229,16 @@ def _assemble(
     app.on_shutdown.append(on_shutdown)
     app.on_cleanup.append(on_cleanup)
     return app
+
+
+async def _close_handler(handler: RequestHandler) -> None:
+    """The handler's teardown (its blocking sends' runs, then the SDK's active tasks), given
+    `HANDLER_CLOSE_SECONDS` at most: a stop must not wait on the SDK forever."""
+    try:
+        async with asyncio.timeout(HANDLER_CLOSE_SECONDS):
+            await handler.aclose()
+    except TimeoutError:
+        logs.event(logger, "handler_close_timeout", logging.WARNING, seconds=HANDLER_CLOSE_SECONDS)
 
 
 class Probes:
