@@ -22,7 +22,6 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 
-
 def redis_url_for_worker(base: str, worker: str | None) -> str:
     """The Redis URL of one xdist worker: `base`'s database for the first (and for a run without
     workers), the one below it for the next, and so on — `redis_url` flushes its database, so two

@@ -24,7 +24,7 @@ from tests.adapter.test_main import adapter_env
 from tests.processes import EventProcess
 from tests.tcp_proxy import TcpProxy
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]  # adapters as processes
 
 ALICE_BOT = delegated("bot", "alice")
 WORKERS = 6

@@ -16,6 +16,8 @@ import pytest
 from runtime.checks import read_report, report
 from stack import cli, envoy_config
 
+pytestmark = pytest.mark.slow  # starts `orrery-a2a check` as a process
+
 CLEAN = {
     name: value
     for name, value in os.environ.items()
