@@ -128,23 +128,52 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     `slow`: every test of tests/e2e, tests/docker and tests/deploy, and every test marked envoy,
     e2e or docker (modules elsewhere that start processes carry the mark themselves).
 
-    Under `--dist loadgroup` (scripts/test), a test that uses a module-, class- or package-scoped
-    fixture joins its module's `xdist_group`, so xdist hands those tests to one worker and that
-    fixture (a stack, an Envoy, a compose project) starts once. Every other test is scheduled on
-    its own, so a slow module's independent tests still spread over the workers. Session fixtures
-    start at most once per worker. A test's own `xdist_group` mark wins."""
-    grouped = getattr(config.option, "dist", "no") == "loadgroup"
+    Under `--dist loadgroup` (scripts/test), the tests sharing a module-, class- or package-scoped
+    fixture form one `xdist_group` (`shared_fixture_groups`): xdist hands the group to one worker,
+    so that fixture (a stack, an Envoy, a compose project) starts once. Every other test is
+    scheduled on its own, so a slow module's independent tests still spread over the workers, and
+    so do a module's fixtures that no test shares. Session fixtures start at most once per worker.
+    A test's own `xdist_group` mark wins."""
     for item in items:
         if item.nodeid.startswith(SLOW_LAYERS) or any(
             item.get_closest_marker(name) is not None for name in SLOW_MARKERS
         ):
             item.add_marker(pytest.mark.slow)
-        if not grouped or item.get_closest_marker("xdist_group") is not None:
-            continue
+    if getattr(config.option, "dist", "no") != "loadgroup":
+        return
+    unmarked = [item for item in items if item.get_closest_marker("xdist_group") is None]
+    for item, group in shared_fixture_groups(unmarked).items():
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def shared_fixture_groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:
+    """Each test that uses a fixture of a shared scope → its group: the module, and the fixtures
+    joined by the tests that use them together (so `pod` and `replicated` in one module, which no
+    test uses both of, are two groups that two workers run at once)."""
+    parent: dict[str, str] = {}
+
+    def root(name: str) -> str:
+        while parent[name] != name:
+            name = parent[name]
+        return name
+
+    shared: dict[pytest.Item, list[str]] = {}
+    for item in items:
         info = getattr(item, "_fixtureinfo", None)
-        definitions = info.name2fixturedefs.values() if info is not None else ()
-        if any(defs and defs[-1].scope in SHARED_SCOPES for defs in definitions):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+        module = item.nodeid.split("::", 1)[0]
+        names = [
+            f"{module}::{name}"
+            for name, defs in (info.name2fixturedefs.items() if info is not None else ())
+            if defs and defs[-1].scope in SHARED_SCOPES
+        ]
+        if not names:
+            continue
+        shared[item] = names
+        for name in names:
+            parent.setdefault(name, name)
+        for name in names[1:]:
+            parent[root(name)] = root(names[0])
+    return {item: root(min(names, key=root)) for item, names in shared.items()}
 
 
 @pytest.fixture(autouse=True)
