@@ -133,7 +133,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     so that fixture (a stack, an Envoy, a compose project) starts once. Every other test is
     scheduled on its own, so a slow module's independent tests still spread over the workers, and
     so do a module's fixtures that no test shares. Session fixtures start at most once per worker.
-    A test's own `xdist_group` mark wins."""
+    A test's own `xdist_group` mark wins. Slow tests are handed out first."""
     for item in items:
         if item.nodeid.startswith(SLOW_LAYERS) or any(
             item.get_closest_marker(name) is not None for name in SLOW_MARKERS
@@ -141,9 +141,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
     if getattr(config.option, "dist", "no") != "loadgroup":
         return
+    # The longest first — containers, then the other slow tests, then the rest (a stable sort:
+    # the order within each kind stays): handed out early, the long ones overlap with the many
+    # short ones instead of keeping one worker busy after the others are done.
+    items.sort(key=_longest_first)
     unmarked = [item for item in items if item.get_closest_marker("xdist_group") is None]
     for item, group in shared_fixture_groups(unmarked).items():
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _longest_first(item: pytest.Item) -> int:
+    if item.get_closest_marker("docker") is not None:
+        return 0
+    return 1 if item.get_closest_marker("slow") is not None else 2
 
 
 def shared_fixture_groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:
