@@ -5,9 +5,8 @@ is not reachable they skip with the reason, except when `ORRERY_TEST_REQUIRE_SER
 `.ci/run`), where an absent service fails the test instead: CI must not go green by skipping.
 
 The suite runs in parallel under pytest-xdist (`scripts/test` starts workers; docs/testing.md
-has the rules). Each worker gets a Redis database of its own (`redis_url_for_worker`), and a test
-that shares a module- or class-scoped fixture stays on one worker with the other tests sharing it
-(`pytest_collection_modifyitems`), so that fixture is set up once, not once per worker.
+has the rules). Each worker gets a Redis database of its own (`redis_url_for_worker`); a module
+runs whole on one worker, so a module-scoped fixture is set up once, not once per worker.
 """
 
 from __future__ import annotations
@@ -112,10 +111,6 @@ def database_url() -> str:
     return require_service("PostgreSQL", DATABASE_URL, 5432)
 
 
-# Fixtures set up once for several tests: the tests sharing one must run on the same worker.
-SHARED_SCOPES = frozenset({"class", "module", "package"})
-
-
 # Whole layers that start Envoy, the stack, containers or outside tools: `slow` without a mark.
 SLOW_LAYERS = ("tests/e2e/", "tests/docker/", "tests/deploy/")
 SLOW_MARKERS = ("envoy", "e2e", "docker")
@@ -123,67 +118,29 @@ SLOW_MARKERS = ("envoy", "e2e", "docker")
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks what `-m 'not slow'` leaves out, and keeps shared fixtures on one worker.
+    """Marks what `-m 'not slow'` leaves out; on xdist workers, hands out the longest first.
 
     `slow`: every test of tests/e2e, tests/docker and tests/deploy, and every test marked envoy,
     e2e or docker (modules elsewhere that start processes carry the mark themselves).
 
-    Under `--dist loadgroup` (scripts/test), the tests sharing a module-, class- or package-scoped
-    fixture form one `xdist_group` (`shared_fixture_groups`): xdist hands the group to one worker,
-    so that fixture (a stack, an Envoy, a compose project) starts once. Every other test is
-    scheduled on its own, so a slow module's independent tests still spread over the workers, and
-    so do a module's fixtures that no test shares. Session fixtures start at most once per worker.
-    A test's own `xdist_group` mark wins. Slow tests are handed out first."""
+    scripts/test distributes whole modules (`--dist loadfile`), so a module-scoped fixture (a
+    stack, an Envoy, a compose project) starts once. xdist hands the modules out in the order the
+    workers collected them: here, containers first, then the other slow modules, then the rest (a
+    stable sort, so the order within each kind stays), and the long ones overlap with the many
+    short ones instead of keeping one worker busy after the others are done."""
     for item in items:
         if item.nodeid.startswith(SLOW_LAYERS) or any(
             item.get_closest_marker(name) is not None for name in SLOW_MARKERS
         ):
             item.add_marker(pytest.mark.slow)
-    if getattr(config.option, "dist", "no") != "loadgroup":
-        return
-    # The longest first — containers, then the other slow tests, then the rest (a stable sort:
-    # the order within each kind stays): handed out early, the long ones overlap with the many
-    # short ones instead of keeping one worker busy after the others are done.
-    items.sort(key=_longest_first)
-    unmarked = [item for item in items if item.get_closest_marker("xdist_group") is None]
-    for item, group in shared_fixture_groups(unmarked).items():
-        item.add_marker(pytest.mark.xdist_group(group))
+    if hasattr(config, "workerinput"):  # an xdist worker
+        items.sort(key=_longest_first)
 
 
 def _longest_first(item: pytest.Item) -> int:
     if item.get_closest_marker("docker") is not None:
         return 0
     return 1 if item.get_closest_marker("slow") is not None else 2
-
-
-def shared_fixture_groups(items: list[pytest.Item]) -> dict[pytest.Item, str]:
-    """Each test that uses a fixture of a shared scope → its group: the module, and the fixtures
-    joined by the tests that use them together (so `pod` and `replicated` in one module, which no
-    test uses both of, are two groups that two workers run at once)."""
-    parent: dict[str, str] = {}
-
-    def root(name: str) -> str:
-        while parent[name] != name:
-            name = parent[name]
-        return name
-
-    shared: dict[pytest.Item, list[str]] = {}
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        module = item.nodeid.split("::", 1)[0]
-        names = [
-            f"{module}::{name}"
-            for name, defs in (info.name2fixturedefs.items() if info is not None else ())
-            if defs and defs[-1].scope in SHARED_SCOPES
-        ]
-        if not names:
-            continue
-        shared[item] = names
-        for name in names:
-            parent.setdefault(name, name)
-        for name in names[1:]:
-            parent[root(name)] = root(names[0])
-    return {item: root(min(names, key=root)) for item, names in shared.items()}
 
 
 @pytest.fixture(autouse=True)
