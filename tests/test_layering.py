@@ -36,7 +36,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "tests/adapter": SHARED | {"adapter", "tests"},
     "tests/gateways": SHARED | {"adapter", "gateways", "tests"},
     "tests/stack": SHARED | {"stack", "tests"},
-    "tests/e2e": SHARED | {"adapter", "stack", "tests"},
+    "tests/e2e": SHARED | {"adapter", "gateways", "stack", "tests"},
     "tests/docker": SHARED | {"stack", "tests"},
     # The deployment is both services at once: its tests read each one's settings and metric
     # definitions to check the manifests, alerts and dashboard against them.

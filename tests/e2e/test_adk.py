@@ -19,22 +19,10 @@ from a2a.utils.errors import UnsupportedOperationError
 
 from tests.adapter.conftest import reply_text, send, status_data, status_text, text_message
 from tests.conftest import DATABASE_URL, REDIS_URL, require_service
-from tests.e2e.conftest import _drop_schema
+from tests.e2e.conftest import ADK_GATEWAY_ENV, _drop_schema
 from tests.e2e.edge import Edge, running_edge, unique
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
-
-ADK = {
-    "ORRERY_A2A_GATEWAY": "gateways.adk:create",
-    "ORRERY_A2A_ADK_AGENT": "gateways.adk.example:root_agent",
-}
-
-
-@pytest.fixture(scope="module")
-def adk_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
-    """The edge serving the example ADK agent (in-memory sessions)."""
-    with running_edge(tmp_path_factory.mktemp("adk-edge"), ADK) as started:
-        yield started
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +33,7 @@ def adk_replicated_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ed
     redis_url = require_service("Redis", REDIS_URL, 6379)
     schema = "e2e_" + uuid.uuid4().hex[:12]
     env = {
-        **ADK,
+        **ADK_GATEWAY_ENV,
         "ORRERY_A2A_REPLICAS": "2",
         "DATABASE_URL": database_url,
         "ORRERY_A2A_REDIS_URL": redis_url,

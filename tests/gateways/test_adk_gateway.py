@@ -11,6 +11,7 @@ from adapter.stores.memory import MemoryConfirmationStore
 from gateways.adk import example
 from gateways.adk.bridge import unanswered
 from gateways.adk.gateway import PRINCIPAL_STATE, AdkGateway
+from gateways.adk.sessions import BoundedSessionService
 from tests.clocks import FakeClock
 from tests.gateways.conftest import APPROVAL_TTL, Conversation, caller
 
@@ -136,7 +137,9 @@ async def test_a_changed_call_is_a_mismatch_and_never_runs(
     proposal): the gate answers mismatch, nothing is consumed, nothing runs."""
     action_id = await alice.propose()
     await store.decide(action_id, subject="alice", decision="approve")
-    held = gateway.sessions.sessions["orrery_example"]["alice"][alice.session_id]  # type: ignore[attr-defined]
+    sessions = gateway.sessions
+    assert isinstance(sessions, BoundedSessionService)
+    held = sessions.sessions["orrery_example"]["alice"][alice.session_id]
     for event in held.events:
         for call in event.get_function_calls():
             if call.name == "adk_request_confirmation" and call.args:
