@@ -1,0 +1,194 @@
+"""A turn through the ADK gateway vs the demo gateway vs ADK's own `to_a2a()`, same run.
+
+    .venv/bin/python bench/adk_bench.py [--duration 8] [--concurrency 4] [--rounds 3]
+
+Three servers, each its own process on 127.0.0.1, answer the same blocking `SendMessage` ("how
+is checkout?", a new conversation each time):
+
+* `adk` — `python -m adapter` with `ORRERY_A2A_GATEWAY=gateways.adk:create` serving the example
+  agent (gateways/adk/example.py) on its scripted model: ADK's Runner, a transfer to the
+  investigator, its tool, the reply; principal assertions pre-minted as authz would
+  (`adapter_bench.mint`);
+* `demo` — the same adapter on the default demo gateway (no ADK at all): the edge's own cost;
+* `to_a2a` — the same example agent served by `to_a2a()` on uvicorn (`adk_to_a2a_server.py`),
+  no authentication.
+
+The same Python client (httpx, `--concurrency` workers) drives each in turn, rounds interleaved;
+the medians and the ratios adk/demo (what ADK adds to a turn) and adk/to_a2a (what the edge adds
+to serving ADK) are printed. Then memory: RSS of the `adk` adapter (started with
+`ORRERY_A2A_ADK_MAX_SESSIONS=1000`) after 1x, 2x and 3x that many distinct conversations — flat
+past the bound, where ADK's own in-memory sessions would grow. Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import adapter_bench` as a script
+
+from adapter_bench import mint, start_adapter
+
+from contract.assertion import AssertionKeys, new_keys_spec
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+ADK = {
+    "ORRERY_A2A_GATEWAY": "gateways.adk:create",
+    "ORRERY_A2A_ADK_AGENT": "gateways.adk.example:root_agent",
+}
+MEMORY_BOUND = 1000
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen[str]
+    url: str
+    keys: AssertionKeys | None  # None: the to_a2a baseline takes no assertion
+
+
+def start_to_a2a() -> Server:
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / "adk_to_a2a_server.py")],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    port = json.loads(process.stdout.readline())["port"]
+    return Server(process, f"http://127.0.0.1:{port}/", None)
+
+
+def start(keys_spec: str, extra: dict[str, str]) -> Server:
+    process, port = start_adapter(keys_spec, extra)
+    return Server(process, f"http://127.0.0.1:{port}/a2a", AssertionKeys.parse(keys_spec))
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def _identities(server: Server) -> itertools.cycle[tuple[str, str]] | None:
+    if server.keys is None:
+        return None
+    path = mint(server.keys, 2000)
+    try:
+        lines = [line.split("\t") for line in path.read_text().splitlines()]
+    finally:
+        path.unlink()
+    return itertools.cycle([(rid, value) for rid, value in lines])
+
+
+async def _send(
+    http: httpx.AsyncClient, server: Server, identities: itertools.cycle[tuple[str, str]] | None
+) -> bool:
+    headers = {"A2A-Version": "1.0"}
+    if identities is not None:
+        rid, value = next(identities)
+        headers |= {"x-request-id": rid, "x-orrery-principal": value}
+    body: dict[str, Any] = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {
+                "messageId": uuid.uuid4().hex,
+                "role": "ROLE_USER",
+                "parts": [{"text": "how is checkout?"}],
+            }
+        },
+    }
+    response = await http.post(server.url, json=body, headers=headers)
+    task = response.json().get("result", {}).get("task", {})
+    return bool(task.get("status", {}).get("state") == "TASK_STATE_COMPLETED")
+
+
+async def turns_per_second(server: Server, seconds: float, concurrency: int) -> float:
+    identities = _identities(server)
+    done = bad = 0
+    deadline = time.monotonic() + seconds
+
+    async def worker(http: httpx.AsyncClient) -> None:
+        nonlocal done, bad
+        while time.monotonic() < deadline:
+            if await _send(http, server, identities):
+                done += 1
+            else:
+                bad += 1
+
+    started = time.monotonic()
+    async with httpx.AsyncClient(timeout=60) as http:
+        await asyncio.gather(*(worker(http) for _ in range(concurrency)))
+    if bad:
+        raise SystemExit(f"{server.url}: {bad} turns did not complete")
+    return done / (time.monotonic() - started)
+
+
+async def memory(server: Server) -> list[float]:
+    """RSS after each further MEMORY_BOUND distinct conversations (3 steps)."""
+    identities = _identities(server)
+    sizes = []
+    async with httpx.AsyncClient(timeout=60) as http:
+        for _ in range(3):
+            for _ in range(MEMORY_BOUND // 10):
+                await asyncio.gather(*(_send(http, server, identities) for _ in range(10)))
+            sizes.append(rss_mib(server.process.pid))
+    return sizes
+
+
+async def run(args: argparse.Namespace) -> None:
+    keys_spec = new_keys_spec("bench")
+    servers = {
+        "adk": start(keys_spec, {**ADK, "ORRERY_A2A_ADK_MAX_SESSIONS": str(MEMORY_BOUND)}),
+        "demo": start(keys_spec, {}),
+        "to_a2a": start_to_a2a(),
+    }
+    results: dict[str, list[float]] = {name: [] for name in servers}
+    try:
+        for name, server in servers.items():
+            await turns_per_second(server, 2, args.concurrency)  # warm-up
+        for round_number in range(1, args.rounds + 1):
+            for name, server in servers.items():
+                rate = await turns_per_second(server, args.duration, args.concurrency)
+                results[name].append(rate)
+                print(f"round {round_number} {name:7s} {rate:8.1f} turns/s", flush=True)
+        sizes = await memory(servers["adk"])
+    finally:
+        for server in servers.values():
+            server.process.terminate()
+            server.process.wait(timeout=30)
+    median = {name: statistics.median(rates) for name, rates in results.items()}
+    for name, rate in median.items():
+        print(f"median {name:7s} {rate:8.1f} turns/s")
+    print(f"ratio adk/demo:   {median['adk'] / median['demo']:.3f}x turns/s")
+    print(f"ratio adk/to_a2a: {median['adk'] / median['to_a2a']:.3f}x turns/s")
+    steps = ", ".join(f"{(n + 1) * MEMORY_BOUND}: {size:.1f}" for n, size in enumerate(sizes))
+    print(f"adk adapter RSS MiB after N conversations (bound {MEMORY_BOUND}): {steps}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=8, help="seconds per measured run")
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
