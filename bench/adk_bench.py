@@ -161,7 +161,7 @@ async def run(args: argparse.Namespace) -> None:
     }
     results: dict[str, list[float]] = {name: [] for name in servers}
     try:
-        for name, server in servers.items():
+        for server in servers.values():
             await turns_per_second(server, 2, args.concurrency)  # warm-up
         for round_number in range(1, args.rounds + 1):
             for name, server in servers.items():
