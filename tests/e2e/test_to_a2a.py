@@ -1,4 +1,4 @@
-"""ADR-007 (D1 in docs/decisions.md) made executable: the same example ADK agent served by ADK's
+"""D1 of docs/decisions.md made executable: the same example ADK agent served by ADK's
 own `to_a2a()` and by the edge, and the four attempts D1 names, side by side.
 
 | attempt                                | `to_a2a()`                 | the edge                   |
