@@ -112,6 +112,13 @@ async def test_an_anonymous_call(stock: ToA2a, adk_edge: Edge) -> None:
     """No credential at all: `to_a2a()` runs the agent; the edge answers 401 before the adapter."""
     served = await stock.send([{"text": "how is checkout?"}])
     assert _state(served) == "TASK_STATE_COMPLETED"
+    steps = [
+        part["data"].get("name")
+        for message in served["history"]
+        for part in message["parts"]
+        if "data" in part
+    ]
+    assert "transfer_to_agent" in steps  # and every intermediate step is shown, too
     refused = await adk_edge.rpc(None, "SendMessage", message_params("how is checkout?"))
     assert (refused.status_code, refused.json()["error"]) == (401, "missing_credential")
 
