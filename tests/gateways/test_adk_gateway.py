@@ -5,12 +5,17 @@ the final text out."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncGenerator
+
+import pytest
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
 
 from adapter.gateway import Pending, Reply, action_digest
 from adapter.stores.memory import MemoryConfirmationStore
 from gateways.adk import example
 from gateways.adk.bridge import unanswered
-from gateways.adk.gateway import PRINCIPAL_STATE, AdkGateway
+from gateways.adk.gateway import PRINCIPAL_STATE, AdkGateway, AdkTurnFailed
 from gateways.adk.sessions import BoundedSessionService
 from tests.clocks import FakeClock
 from tests.gateways.conftest import APPROVAL_TTL, Conversation, caller
@@ -218,3 +223,27 @@ async def test_the_inventory_is_one_specialist_per_sub_agent(gateway: AdkGateway
             "approves it.",
         ),
     ]
+
+
+class FailingModel(example.ScriptedModel):
+    """A model whose provider fails the call (ADK reports it as an error event)."""
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        yield LlmResponse(error_code="RESOURCE_EXHAUSTED", error_message="quota of project p-123")
+
+
+async def test_a_model_failure_fails_the_turn_without_its_message(
+    store: MemoryConfirmationStore,
+) -> None:
+    """An error event ends the turn with `AdkTurnFailed` naming only the code."""
+    failing = AdkGateway(
+        example.build_agent(FailingModel()), BoundedSessionService(), store, APPROVAL_TTL
+    )
+    try:
+        with pytest.raises(AdkTurnFailed) as failed:
+            await Conversation(failing, caller()).say("how is checkout?")
+    finally:
+        await failing.aclose()
+    assert str(failed.value) == "model_error:RESOURCE_EXHAUSTED"
