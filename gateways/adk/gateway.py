@@ -208,6 +208,7 @@ class AdkGateway:
                 digest=call.digest,
             )
         )
+        logs.event(logger, "adk_proposed", action_id=confirmation.action_id, tool=call.tool)
         return Pending(
             confirmation=confirmation,
             summary=(

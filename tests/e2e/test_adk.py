@@ -10,6 +10,7 @@ read, through the edge like any client.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -20,7 +21,7 @@ from a2a.utils.errors import UnsupportedOperationError
 from tests.adapter.conftest import reply_text, send, status_data, status_text, text_message
 from tests.conftest import DATABASE_URL, REDIS_URL, require_service
 from tests.e2e.conftest import ADK_GATEWAY_ENV, _drop_schema
-from tests.e2e.edge import Edge, running_edge, unique
+from tests.e2e.edge import Edge, message_params, running_edge, unique
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
 
@@ -138,17 +139,44 @@ async def test_the_extended_card_lists_the_sub_agents(adk_edge: Edge) -> None:
     assert [skill.id for skill in card.skills] == ["investigator", "change_planner"]
 
 
+async def _replica_of(edge: Edge, event: str, action_id: str) -> str:
+    """Which adapter replica logged the ADK gateway's `event` for the action."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for name in ("adapter-1", "adapter-2"):
+            if any(e.get("action_id") == action_id for e in edge.events(name, event)):
+                return name
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no replica logged {event} for {action_id}")
+
+
 @pytest.mark.redis
 @pytest.mark.postgres
 async def test_replicas_share_a_pending_approval(adk_replicated_edge: Edge) -> None:
-    """Proposed, approved and resumed through Envoy's round robin over two adapters: whichever
-    replica resumes finds the ADK session and the approval in PostgreSQL and runs it once."""
-    person = Person(adk_replicated_edge)
-    task = await person.say("restart payments")
-    assert task.status.state == pb.TASK_STATE_INPUT_REQUIRED
-    await person.approve(task)
-    resumed = await person.say("go ahead", task_id=task.id)
-    assert resumed.status.state == pb.TASK_STATE_COMPLETED
-    assert reply_text(resumed) == "Restarted payments (restart #1 here)."
-    with pytest.raises(UnsupportedOperationError):
-        await person.say("go ahead", task_id=task.id)
+    """Proposed on one adapter, resumed on the other (Envoy balances round robin; each flow
+    here shifts the next request by one, so one of them crosses over whatever the balancer's
+    phase): the resuming replica finds the ADK session and the approval in PostgreSQL and the
+    restart runs once. Every flow completes, and at least one crossed replicas."""
+    edge = adk_replicated_edge
+    crossed = []
+    for detour in (0, 1):
+        user = unique("user")
+        agent = edge.token(subject=user, agent=unique("agent"))
+        asked = await edge.rpc(agent, "SendMessage", message_params("restart payments"))
+        task = asked.json()["result"]["task"]
+        action_id = task["status"]["message"]["parts"][1]["data"]["action_id"]
+        decided = await edge.decide(edge.token("human", subject=user), action_id)
+        assert decided.status_code == 200
+        for _ in range(detour):
+            await edge.rpc(agent, "GetTask", {"id": task["id"]})
+        on_task = {"taskId": task["id"], "contextId": task["contextId"]}
+        resumed = (await edge.rpc(agent, "SendMessage", message_params("go", **on_task))).json()
+        done = resumed["result"]["task"]
+        assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+        (reply,) = [part["text"] for artifact in done["artifacts"] for part in artifact["parts"]]
+        assert reply.startswith("Restarted payments (restart #")
+        again = await edge.rpc(agent, "SendMessage", message_params("go", **on_task))
+        assert "error" in again.json()  # the task is done: no second run
+        proposer = await _replica_of(edge, "adk_proposed", action_id)
+        crossed.append(proposer != await _replica_of(edge, "adk_gate", action_id))
+    assert any(crossed), "every resume ran on the replica that proposed: nothing was shared"
