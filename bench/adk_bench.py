@@ -15,9 +15,11 @@ is checkout?", a new conversation each time):
 
 The same Python client (httpx, `--concurrency` workers) drives each in turn, rounds interleaved;
 the medians and the ratios adk/demo (what ADK adds to a turn) and adk/to_a2a (what the edge adds
-to serving ADK) are printed. Then memory: RSS of the `adk` adapter (started with
-`ORRERY_A2A_ADK_MAX_SESSIONS=1000`) after 1x, 2x and 3x that many distinct conversations — flat
-past the bound, where ADK's own in-memory sessions would grow. Asserts nothing.
+to serving ADK) are printed.
+
+Then memory, each in a fresh process: the ADK gateway driven directly for 1 000, 2 000 and 3 000
+distinct conversations, once on ADK's own `InMemorySessionService` (which never forgets) and once on
+`BoundedSessionService` bounded at 1 000 sessions; RSS after each step. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -140,22 +143,68 @@ async def turns_per_second(server: Server, seconds: float, concurrency: int) -> 
     return done / (time.monotonic() - started)
 
 
-async def memory(server: Server) -> list[float]:
-    """RSS after each further MEMORY_BOUND distinct conversations (3 steps)."""
-    identities = _identities(server)
+async def session_memory(kind: str) -> list[float]:
+    """RSS (MiB) of this process after each MEMORY_BOUND more conversations (3 steps) through
+    the ADK gateway on `kind` sessions: `adk` (ADK's own) or `bounded`."""
+    from google.adk.sessions import InMemorySessionService
+
+    from adapter.gateway import Turn
+    from adapter.stores.memory import MemoryConfirmationStore
+    from contract.identity import Principal
+    from gateways.adk.example import ScriptedModel, build_agent
+    from gateways.adk.gateway import AdkGateway
+    from gateways.adk.sessions import BoundedSessionService
+
+    sessions = (
+        InMemorySessionService()
+        if kind == "adk"
+        else BoundedSessionService(max_sessions=MEMORY_BOUND)
+    )
+    gateway = AdkGateway(
+        build_agent(ScriptedModel()), sessions, MemoryConfirmationStore(), approval_ttl=900
+    )
+    caller = Principal(
+        kind="delegated",
+        subject="bench",
+        client="bench",
+        agent="bench",
+        role="admin",
+        autonomy="L3",
+    )
     sizes = []
-    async with httpx.AsyncClient(timeout=60) as http:
-        for _ in range(3):
-            for _ in range(MEMORY_BOUND // 10):
-                await asyncio.gather(*(_send(http, server, identities) for _ in range(10)))
-            sizes.append(rss_mib(server.process.pid))
+    for step in range(3):
+        for number in range(MEMORY_BOUND):
+            turn = Turn(
+                session_id=f"a2a-{step}-{number}",
+                principal=caller,
+                text="how is checkout?",
+                task_id=uuid.uuid4().hex,
+                message_id=uuid.uuid4().hex,
+                context_id=uuid.uuid4().hex,
+            )
+            await gateway.run_in_session(turn)
+        sizes.append(rss_mib(os.getpid()))
+    await gateway.aclose()
+    return sizes
+
+
+def memory(kind: str) -> list[float]:
+    """`session_memory(kind)` in a fresh process (`--sessions KIND`)."""
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--sessions", kind],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    sizes: list[float] = json.loads(out.splitlines()[-1])
     return sizes
 
 
 async def run(args: argparse.Namespace) -> None:
     keys_spec = new_keys_spec("bench")
     servers = {
-        "adk": start(keys_spec, {**ADK, "ORRERY_A2A_ADK_MAX_SESSIONS": str(MEMORY_BOUND)}),
+        "adk": start(keys_spec, ADK),
         "demo": start(keys_spec, {}),
         "to_a2a": start_to_a2a(),
     }
@@ -168,7 +217,6 @@ async def run(args: argparse.Namespace) -> None:
                 rate = await turns_per_second(server, args.duration, args.concurrency)
                 results[name].append(rate)
                 print(f"round {round_number} {name:7s} {rate:8.1f} turns/s", flush=True)
-        sizes = await memory(servers["adk"])
     finally:
         for server in servers.values():
             server.process.terminate()
@@ -178,8 +226,10 @@ async def run(args: argparse.Namespace) -> None:
         print(f"median {name:7s} {rate:8.1f} turns/s")
     print(f"ratio adk/demo:   {median['adk'] / median['demo']:.3f}x turns/s")
     print(f"ratio adk/to_a2a: {median['adk'] / median['to_a2a']:.3f}x turns/s")
-    steps = ", ".join(f"{(n + 1) * MEMORY_BOUND}: {size:.1f}" for n, size in enumerate(sizes))
-    print(f"adk adapter RSS MiB after N conversations (bound {MEMORY_BOUND}): {steps}")
+    for kind in ("adk", "bounded"):
+        sizes = memory(kind)
+        steps = ", ".join(f"{(n + 1) * MEMORY_BOUND}: {size:.1f}" for n, size in enumerate(sizes))
+        print(f"RSS MiB, {kind} sessions, after N conversations: {steps}", flush=True)
 
 
 def main() -> None:
@@ -187,7 +237,12 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=8, help="seconds per measured run")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
-    asyncio.run(run(parser.parse_args()))
+    parser.add_argument("--sessions", choices=("adk", "bounded"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.sessions:  # the memory child
+        print(json.dumps(asyncio.run(session_memory(args.sessions))))
+    else:
+        asyncio.run(run(args))
 
 
 if __name__ == "__main__":
