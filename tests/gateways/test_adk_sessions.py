@@ -3,6 +3,7 @@ database service on PostgreSQL, shared by replicas."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -13,7 +14,11 @@ from adapter.gateway import Reply
 from adapter.stores.postgres import PostgresStores
 from gateways.adk import example
 from gateways.adk.gateway import AdkGateway
-from gateways.adk.sessions import BoundedSessionService, open_session_service
+from gateways.adk.sessions import (
+    BoundedSessionService,
+    SweptDatabaseSessionService,
+    open_session_service,
+)
 from gateways.adk.settings import AdkSettings
 from tests.adapter.conftest import fresh_schema
 from tests.clocks import FakeClock
@@ -120,3 +125,23 @@ async def test_replicas_share_a_conversation_and_its_pending_approval(
     )
     assert session is not None
     assert any(event.author == "change_planner" for event in session.events)
+
+
+@pytest.mark.postgres
+async def test_idle_sessions_are_swept_from_postgresql(
+    replicas: tuple[AdkGateway, AdkGateway],
+) -> None:
+    """ADK's database service keeps every session; the sweep drops those idle past the TTL
+    (one hour here) and leaves the others."""
+    first, second = replicas
+    talk = Conversation(first, caller())
+    await talk.say("how is checkout?")
+    sessions = second.sessions
+    assert isinstance(sessions, SweptDatabaseSessionService)
+    await Conversation(second, caller(subject="bob")).say("how is search?")
+    assert await sessions.sweep(time.time()) == 0
+    assert await sessions.sweep(time.time() + 3601) == 2
+    gone = await first.sessions.get_session(
+        app_name="orrery_example", user_id="alice", session_id=talk.session_id
+    )
+    assert gone is None
