@@ -9,7 +9,6 @@ file names would keep the old certificate until restarted.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import ssl
 from pathlib import Path
@@ -35,7 +34,7 @@ def _publish(volume: Path, version: str, source: Path) -> None:
         shutil.copyfile(source / name, data / name)
     link = volume / "..data_tmp"
     link.symlink_to(data.name)
-    os.replace(link, volume / "..data")  # one atomic rename, as the kubelet does
+    link.replace(volume / "..data")  # one atomic rename, as the kubelet does
     for name in FILES:
         if not (volume / name).is_symlink():
             (volume / name).symlink_to(Path("..data") / name)
