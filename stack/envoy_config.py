@@ -8,9 +8,10 @@ only reaches a listener on 0.0.0.0. So the file keeps the safe loopback default,
 renders a copy with exactly the named sockets replaced — the listeners `public` and `diag`, the
 admin address (and the `envoy_admin` cluster that follows it), and the endpoints of the clusters
 `authz` and `adapter` — and nothing else. `orrery-a2a up` renders with its (possibly ephemeral)
-ports; compose renders once with `--listen 0.0.0.0:8080` before Envoy starts; the Kubernetes base
-is rendered by `deploy/kubernetes/render-envoy-config`; tests render with ephemeral ports. A file
-whose names moved fails loudly here instead of silently keeping a stale address.
+ports; compose renders once with `--listen 0.0.0.0:8080` before Envoy starts; a Kubernetes pod
+renders at every start, in an init container, from its ConfigMap's settings; tests render with
+ephemeral ports. A file whose names moved fails loudly here instead of silently keeping a stale
+address.
 
 TLS is the one addition rather than a replacement: `tls=TlsFiles(cert, key, client_ca)` terminates
 TLS on the public listener (TLS 1.2 or newer, HTTP/2 and HTTP/1.1 by ALPN, HSTS on every answer)

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from tests.deploy.conftest import MONITORING, REPO, promtool
 
 ALERTS = MONITORING / "alerts.yaml"
-RUNBOOKS = REPO / "docs" / "runbooks.md"
+RUNBOOKS = REPO / "docs/runbooks.md"
 SYNCED = (
     "kubernetes/components/monitoring/prometheusrule.yaml",
     "kubernetes/components/monitoring-istio/prometheusrule.yaml",
