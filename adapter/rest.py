@@ -12,14 +12,18 @@ paths hang below it:
     GET  /a2a/extendedAgentCard            GetExtendedAgentCard
     /a2a/tasks/{id}/pushNotificationConfigs[/{configId}]   push is off: PushNotificationNotSupported
 
-A call is refused in the JSON-RPC binding's order, in this binding's shapes: an unknown route →
-404 `METHOD_NOT_FOUND`; `A2A-Version` (header or query parameter) other than 1.0 → 400
+A call is refused cheapest first, in this binding's shapes: an unknown route → 404
+`METHOD_NOT_FOUND`; `A2A-Version` (header or query parameter) other than 1.0 → 400
 `VERSION_NOT_SUPPORTED`; push routes → 400 `PUSH_NOTIFICATION_NOT_SUPPORTED`; a body whose
-`Content-Type` is not `application/json` (or `application/a2a+json`) → 400
+`Content-Type` is not `application/json` (or `application/a2a+json`) → 415
 `CONTENT_TYPE_NOT_SUPPORTED`; a body that is not UTF-8 JSON → 400 `PARSE_ERROR`; params of the
-wrong shape → 400 `INVALID_PARAMS`. Every error is the HTTP status the a2a-sdk maps the A2A error
-to (`A2A_ERROR_MAPPING`), with a `google.rpc.Status`-style body (AIP-193): `{"error": {code,
-status, message, details: [google.rpc.ErrorInfo, …]}}` — never a stack trace. The edge's own
+wrong shape → 400 `INVALID_PARAMS`. Every error is the HTTP status and `google.rpc.Code` of the
+spec's table (§5.4; where the a2a-sdk's own `A2A_ERROR_MAPPING` differs — 409 for
+`TaskNotCancelable`, 415 for `ContentTypeNotSupported`, 502 for `InvalidAgentResponse`,
+`UNIMPLEMENTED` for push, unsupported operations and versions — the spec wins; the SDK's for the
+JSON-RPC errors the table leaves out), with a `google.rpc.Status`-style body (AIP-193):
+`{"error": {code, status, message, details: [google.rpc.ErrorInfo, …]}}` — never a stack trace.
+The edge's own
 refusals keep their HTTP status: 429 (a per-principal cap) is a `google.rpc.Status` with an
 `orrery-a2a` `ErrorInfo` and `Retry-After`; 401, 413 and 503 are the edge's `{"error",
 "error_description"}` (what Envoy and authz answer on every route).
@@ -43,11 +47,18 @@ from a2a.utils.errors import (
     A2AError,
     ContentTypeNotSupportedError,
     ErrorMapping,
+    ExtendedAgentCardNotConfiguredError,
+    ExtensionSupportRequiredError,
+    InvalidAgentResponseError,
     InvalidParamsError,
     InvalidRequestError,
     JSONParseError,
     MethodNotFoundError,
     PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+    VersionNotSupportedError,
 )
 from aiohttp import web
 from google.protobuf.json_format import ParseError
@@ -74,8 +85,30 @@ A2A_JSON = "application/a2a+json"  # the A2A media type, accepted like applicati
 _PUSH = "push"  # the push-notification routes: one answer for all of them
 _ID = r"(?P<id>[^/:]+)"
 
-# The status a JSON-RPC-only error gets here (the SDK maps none for it).
-_UNMAPPED: dict[type[A2AError], ErrorMapping] = {
+
+def _mapping(http: int, code: str, error: type[A2AError]) -> ErrorMapping:
+    return ErrorMapping(http, code, A2A_ERROR_MAPPING[error].reason)
+
+
+# A2A 1.0 §5.4: the HTTP status and gRPC code of each A2A error; then the SDK's mapping of the
+# JSON-RPC errors the table leaves out, and the parse error, which the SDK does not map.
+MAPPINGS: dict[type[A2AError], ErrorMapping] = {
+    **A2A_ERROR_MAPPING,
+    TaskNotFoundError: _mapping(404, "NOT_FOUND", TaskNotFoundError),
+    TaskNotCancelableError: _mapping(409, "FAILED_PRECONDITION", TaskNotCancelableError),
+    PushNotificationNotSupportedError: _mapping(
+        400, "UNIMPLEMENTED", PushNotificationNotSupportedError
+    ),
+    UnsupportedOperationError: _mapping(400, "UNIMPLEMENTED", UnsupportedOperationError),
+    ContentTypeNotSupportedError: _mapping(415, "INVALID_ARGUMENT", ContentTypeNotSupportedError),
+    InvalidAgentResponseError: _mapping(502, "INTERNAL", InvalidAgentResponseError),
+    ExtendedAgentCardNotConfiguredError: _mapping(
+        400, "FAILED_PRECONDITION", ExtendedAgentCardNotConfiguredError
+    ),
+    ExtensionSupportRequiredError: _mapping(
+        400, "FAILED_PRECONDITION", ExtensionSupportRequiredError
+    ),
+    VersionNotSupportedError: _mapping(400, "UNIMPLEMENTED", VersionNotSupportedError),
     JSONParseError: ErrorMapping(400, "INVALID_ARGUMENT", PARSE_ERROR),
 }
 _INTERNAL = ErrorMapping(500, "INTERNAL", "INTERNAL_ERROR")
@@ -157,7 +190,7 @@ class RestBinding:
         return result
 
     def error(self, rpc_id: RpcId, error: A2AError) -> Body:
-        mapping = A2A_ERROR_MAPPING.get(type(error)) or _UNMAPPED.get(type(error), _INTERNAL)
+        mapping = MAPPINGS.get(type(error), _INTERNAL)
         return mapping.http_code, _status(
             mapping.http_code, mapping.grpc_status, error.message, error_details(error)
         )

@@ -126,13 +126,14 @@ async def test_another_principals_task_is_not_found(server: Server) -> None:
 
 
 async def test_cancel_withdraws_the_waiting_action(server: Server) -> None:
-    """POST /tasks/{id}:cancel on a task waiting for approval: CANCELED, a second cancel 400."""
+    """POST /tasks/{id}:cancel on a task waiting for approval: CANCELED; a second cancel is 409
+    TASK_NOT_CANCELABLE (spec 5.4)."""
     task = await call(server, "POST", "/message:send", json=message_params("restart checkout"))
     task_id = task.json()["task"]["id"]
     canceled = await call(server, "POST", f"/tasks/{task_id}:cancel")
     assert canceled.json()["status"]["state"] == "TASK_STATE_CANCELED"
     again = await call(server, "POST", f"/tasks/{task_id}:cancel")
-    assert again.status_code == 400 and reason_of(again) == "TASK_NOT_CANCELABLE"
+    assert again.status_code == 409 and reason_of(again) == "TASK_NOT_CANCELABLE"
 
 
 async def test_subscribe_follows_a_waiting_task_to_its_end(server: Server) -> None:
@@ -162,11 +163,12 @@ async def test_a_retried_send_answers_the_first_task(server: Server) -> None:
 
 
 async def test_a_non_text_part_is_refused_before_anything_runs(server: Server) -> None:
-    """A data part: 400 CONTENT_TYPE_NOT_SUPPORTED, rule non_text_part, the gateway not run."""
+    """A data part: 415 CONTENT_TYPE_NOT_SUPPORTED (spec 5.4), rule non_text_part, the gateway
+    not run."""
     params = message_params()
     params["message"]["parts"] = [{"data": {"tool": "x"}}]
     response = await call(server, "POST", "/message:send", json=params)
-    assert response.status_code == 400
+    assert response.status_code == 415
     error = status_of(response)
     assert error["status"] == "INVALID_ARGUMENT"
     assert error["details"][0]["reason"] == "CONTENT_TYPE_NOT_SUPPORTED"
@@ -206,7 +208,7 @@ async def test_the_turn_cap_is_429_with_retry_after_and_a_status_body() -> None:
             "POST",
             "/message:send",
             {"content": b"{}", "headers": {"Content-Type": "text/plain"}},
-            400,
+            415,
             "CONTENT_TYPE_NOT_SUPPORTED",
         ),
     ],
