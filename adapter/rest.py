@@ -8,7 +8,7 @@ paths hang below it:
     GET  /a2a/tasks/{id}                   GetTask (`historyLength` in the query)
     GET  /a2a/tasks                        ListTasks (its fields as camelCase query parameters)
     POST /a2a/tasks/{id}:cancel            CancelTask
-    POST /a2a/tasks/{id}:subscribe         SubscribeToTask (SSE; GET too, as the a2a-sdk serves it)
+    POST /a2a/tasks/{id}:subscribe         SubscribeToTask (SSE)
     GET  /a2a/extendedAgentCard            GetExtendedAgentCard
     /a2a/tasks/{id}/pushNotificationConfigs[/{configId}]   push is off: PushNotificationNotSupported
 
@@ -133,7 +133,7 @@ ROUTES: tuple[Route, ...] = (
     _route(["GET"], r"/tasks", "ListTasks"),
     _route(["GET"], rf"/tasks/{_ID}", "GetTask"),
     _route(["POST"], rf"/tasks/{_ID}:cancel", "CancelTask"),
-    _route(["POST", "GET"], rf"/tasks/{_ID}:subscribe", "SubscribeToTask"),
+    _route(["POST"], rf"/tasks/{_ID}:subscribe", "SubscribeToTask"),
     _route(["GET"], r"/extendedAgentCard", "GetExtendedAgentCard"),
     _route(["GET", "POST", "DELETE"], rf"/tasks/{_ID}/pushNotificationConfigs(?:/[^/]+)?", _PUSH),
 )
