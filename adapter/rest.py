@@ -24,9 +24,9 @@ spec's table (§5.4; where the a2a-sdk's own `A2A_ERROR_MAPPING` differs — 409
 JSON-RPC errors the table leaves out), with a `google.rpc.Status`-style body (AIP-193):
 `{"error": {code, status, message, details: [google.rpc.ErrorInfo, …]}}` — never a stack trace.
 The edge's own
-refusals keep their HTTP status: 429 (a per-principal cap) is a `google.rpc.Status` with an
-`orrery-a2a` `ErrorInfo` and `Retry-After`; 401, 413 and 503 are the edge's `{"error",
-"error_description"}` (what Envoy and authz answer on every route).
+refusals keep their HTTP status: a cap (429, or 503 for a full task store) is a `google.rpc.Status`
+with an `orrery-a2a` `ErrorInfo` and `Retry-After`; 401, 413 and the other 503s are the edge's
+`{"error", "error_description"}` (what Envoy and authz answer on every route).
 
 Query parameters are read with the a2a-sdk's own rules (`proto_utils.parse_params`: camelCase
 names, `true`/`false`, repeated or comma-separated lists); bodies with the same lenient parser
@@ -235,6 +235,7 @@ def _json_body(http: web.Request, body: bytes) -> Any:
 def _from_query(method: str, query: MultiMapping[str]) -> Any:
     params = pb.ListTasksRequest() if method == "ListTasks" else pb.GetTaskRequest()
     try:
+        # typed for Starlette's QueryParams; it reads only keys() and getlist()
         proto_utils.parse_params(_Query(query), params)  # type: ignore[arg-type]
     except (ParseError, ValueError) as exc:
         raise InvalidParamsError(data={"parseError": str(exc)[:200]}) from None

@@ -250,6 +250,7 @@ async def test_two_messages_under_one_id_racing_on_two_replicas_both_run(
     ]
     await asyncio.gather(*(server.gateway.started.wait() for server in replicas))
     for server in replicas:
+        # the fixture's gateway is the holding fake (RecordingGateway)
         server.gateway.hold.set()  # type: ignore[union-attr]
     checkout, search = [task_of(answer) for answer in await asyncio.gather(*sends)]
     assert checkout["id"] != search["id"]
