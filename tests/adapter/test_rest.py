@@ -4,6 +4,7 @@ binding's own paths and error shapes (HTTP status + `google.rpc.Status` body).""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -14,6 +15,7 @@ from a2a.utils.errors import TaskNotFoundError
 
 from tests.adapter.conftest import (
     Server,
+    assertion_headers,
     delegated,
     human,
     message_params,
@@ -259,3 +261,25 @@ async def test_the_sdk_client_reports_a_refusal_on_http_json(server: Server) -> 
     async with server.client(ALICE_BOT, binding=HTTP_JSON) as client:
         with pytest.raises(TaskNotFoundError):
             await client.get_task(pb.GetTaskRequest(id="00000000-0000-0000-0000-000000000000"))
+
+
+async def test_a_subscription_ends_with_a_status_event_when_the_token_expires(
+    server: Server,
+) -> None:
+    """The edge's own stream end on HTTP+JSON: `event: error` with a google.rpc.Status (401
+    UNAUTHENTICATED, ErrorInfo TOKEN_EXPIRED in the orrery-a2a domain); the task waits on."""
+    task = await call(server, "POST", "/message:send", json=message_params("restart checkout"))
+    task_id = task.json()["task"]["id"]
+    headers = {**VERSION, **assertion_headers(ALICE_BOT, token_expires_at=int(time.time()) + 2)}
+    async with (
+        httpx.AsyncClient(base_url=server.base, timeout=60) as http,
+        http.stream("POST", f"/a2a/tasks/{task_id}:subscribe", headers=headers) as stream,
+    ):
+        events = await sse_events(stream)
+    assert [name for name, _ in events] == ["message", "error"]
+    error = events[-1][1]["error"]
+    assert (error["code"], error["status"]) == (401, "UNAUTHENTICATED")
+    assert (error["details"][0]["reason"], error["details"][0]["domain"]) == (
+        "TOKEN_EXPIRED",
+        "orrery-a2a",
+    )
