@@ -921,8 +921,8 @@ ALLOWED_ORIGIN = "https://console.example"
 async def test_cors_preflights_are_answered_by_envoy_for_allowed_origins_only(
     tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
 ) -> None:
-    """With an origin opted in, Envoy answers its preflights on the card, /a2a and /approvals/
-    (methods, request headers, max age, never credentials); another origin's preflight gets no
+    """With an origin opted in, Envoy answers its preflights on the card, /a2a, the HTTP+JSON
+    operations and /approvals/ (methods, request headers, max age, never credentials); another origin's preflight gets no
     Access-Control-Allow-Origin, and one for a method the route does not take names only the
     route's methods: a browser stops either. Preflights reach neither authz nor the upstream."""
     policy = EdgePolicy(cors_origins=(ALLOWED_ORIGIN,))
@@ -930,6 +930,10 @@ async def test_cors_preflights_are_answered_by_envoy_for_allowed_origins_only(
         "/.well-known/agent-card.json": "GET",
         "/a2a": "POST",
         "/a2a/": "POST",
+        "/a2a/message:send": "POST",
+        "/a2a/tasks/t-1:subscribe": "POST",
+        "/a2a/tasks": "GET",
+        "/a2a/tasks/t-1/pushNotificationConfigs": "POST",
         "/approvals/act-1": "POST",
     }
     async with envoy_for(
@@ -968,6 +972,8 @@ async def test_cors_preflights_are_answered_by_envoy_for_allowed_origins_only(
         assert "access-control-allow-credentials" not in response.headers
     assert allowed["/a2a"].headers["access-control-allow-methods"] == "POST"
     assert allowed["/approvals/act-1"].headers["access-control-allow-methods"] == "GET, POST"
+    assert allowed["/a2a/message:send"].headers["access-control-allow-methods"] == "POST"
+    assert allowed["/a2a/tasks"].headers["access-control-allow-methods"] == "GET"
     assert wrong_method.headers["access-control-allow-methods"] == "GET"  # a browser stops
     assert other.status == 200  # answered by Envoy, never forwarded
     assert "access-control-allow-origin" not in other.headers
