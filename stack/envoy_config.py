@@ -56,6 +56,9 @@ CORS_ROUTES = {
     "card_keys": "GET",
     "a2a": "POST",
     "a2a_slash": "POST",
+    "a2a_rest_post": "POST",
+    "a2a_rest_get": "GET",
+    "a2a_rest_push": "GET, POST, DELETE",
     "approvals": "GET, POST",
 }
 # Envoy's CORS filter ignores a policy on a direct-response route (verified on 1.40), so the
@@ -64,6 +67,9 @@ CORS_ROUTES = {
 PREFLIGHT_ROUTES = {
     "public_preflight": ("public_methods", "agent_card"),
     "a2a_preflight": ("a2a_methods", "a2a"),
+    "a2a_rest_post_preflight": ("a2a_rest_post_methods", "a2a_rest_post"),
+    "a2a_rest_get_preflight": ("a2a_rest_get_methods", "a2a_rest_get"),
+    "a2a_rest_push_preflight": ("a2a_rest_push_methods", "a2a_rest_push"),
 }
 PREFLIGHT_HEADERS = [
     {"name": ":method", "string_match": {"exact": "OPTIONS"}},
