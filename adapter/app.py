@@ -1,6 +1,7 @@
 """The aiohttp application: wiring settings → stores, limiter, gateway, SDK handler, routes.
 
-Routes: `POST /a2a` and `/a2a/` (JSON-RPC), `GET /.well-known/agent-card.json` (public card),
+Routes: `POST /a2a` and `/a2a/` (JSON-RPC), `/a2a/…` (HTTP+JSON: `/a2a/message:send`,
+`/a2a/tasks/{id}`…; `rest.py`), `GET /.well-known/agent-card.json` (public card),
 `GET /.well-known/jwks.json` (the keys that verify the cards' signatures),
 `GET|POST /approvals/{action_id}` (approvals surface), `GET /healthz` (liveness), `GET /readyz`
 (the stores answer), `GET /metrics` (Prometheus).
@@ -29,10 +30,12 @@ from adapter.dispatch import Dispatcher
 from adapter.executor import GatewayExecutor, TaskContextBuilder
 from adapter.gateway import AgentGateway, GatewayContext, close_gateway, load_gateway
 from adapter.handler import RequestHandler
+from adapter.jsonrpc import JsonRpcBinding
 from adapter.limits import IN_FLIGHT, SUBSCRIPTIONS, Cap, Limiter, MemoryLimiter, RedisLimiter
 from adapter.metrics import CONTENT_TYPE, Metrics
 from adapter.outage import Outage
 from adapter.recovery import Recovery
+from adapter.rest import PREFIX, RestBinding
 from adapter.retries import Retries
 from adapter.settings import AdapterSettings
 from adapter.stores import Stores, open_stores
@@ -182,15 +185,20 @@ def _assemble(
         await turns.stop(TURNS_STOP_SECONDS)
 
     drain = Drain(before_end=stop_turns)
-    dispatcher = Dispatcher(
-        handler=handler,
-        keys=settings.assertion_keys,
-        max_body_bytes=settings.max_body_bytes,
-        turns=turns,
-        subscriptions=limiters.subscriptions,
-        streams=Streams(handler, drain=drain, keepalive=settings.sse_keepalive, outage=outage),
-        metrics=metrics,
-        outage=outage,
+    streams = Streams(handler, drain=drain, keepalive=settings.sse_keepalive, outage=outage)
+    jsonrpc, rest = (
+        Dispatcher(
+            binding=binding,
+            handler=handler,
+            keys=settings.assertion_keys,
+            max_body_bytes=settings.max_body_bytes,
+            turns=turns,
+            subscriptions=limiters.subscriptions,
+            streams=streams,
+            metrics=metrics,
+            outage=outage,
+        )
+        for binding in (JsonRpcBinding(), RestBinding())
     )
     approvals = ApprovalsEndpoint(settings.assertion_keys, gateway.confirmations, metrics, outage)
     probes = Probes(stores, limiters, metrics, outage)
@@ -201,9 +209,10 @@ def _assemble(
     app[METRICS] = metrics
     app[PROBES] = probes
     app[RECOVERY] = recovery
-    a2a = traced(tracer, "A2A", dispatcher.handle)
+    a2a = traced(tracer, "A2A", jsonrpc.handle)
     app.router.add_post("/a2a", a2a)
     app.router.add_post("/a2a/", a2a)
+    app.router.add_route("*", PREFIX + "/{operation:.+}", traced(tracer, "A2A", rest.handle))
     app.router.add_get("/.well-known/agent-card.json", JsonDocument.card(card).handle)
     app.router.add_get(JWKS_PATH, JsonDocument.of(signer.jwks).handle)
     app.router.add_post("/approvals/{action_id}", traced(tracer, "approvals", approvals.decide))

@@ -8,14 +8,20 @@ only reaches a listener on 0.0.0.0. So the file keeps the safe loopback default,
 renders a copy with exactly the named sockets replaced — the listeners `public` and `diag`, the
 admin address (and the `envoy_admin` cluster that follows it), and the endpoints of the clusters
 `authz` and `adapter` — and nothing else. `orrery-a2a up` renders with its (possibly ephemeral)
-ports; compose renders once with `--listen 0.0.0.0:8080` before Envoy starts; the Kubernetes base
-is rendered by `deploy/kubernetes/render-envoy-config`; tests render with ephemeral ports. A file
-whose names moved fails loudly here instead of silently keeping a stale address.
+ports; compose renders once with `--listen 0.0.0.0:8080` before Envoy starts; a Kubernetes pod
+renders at every start, in an init container, from its ConfigMap's settings; tests render with
+ephemeral ports. A file whose names moved fails loudly here instead of silently keeping a stale
+address.
 
 TLS is the one addition rather than a replacement: `tls=TlsFiles(cert, key, client_ca)` terminates
 TLS on the public listener (TLS 1.2 or newer, HTTP/2 and HTTP/1.1 by ALPN, HSTS on every answer)
 from PEM files, and with `client_ca` requires a client certificate signed by that CA (mTLS). The
 file itself stays plain HTTP on loopback for the local stack; certificates are deployment data.
+With `TlsFiles(..., sds_dir=...)` the listener takes its certificate (and client CA) through
+file-based SDS instead of inline file names: Envoy reads them from the resource files
+`sds_resources` returns (written into `sds_dir`), and those watch the certificates' directory, so
+a rotated certificate (cert-manager renewing a mounted Secret) is served without a restart. Static
+file names would be read once, at start.
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ CORS_ROUTES = {
     "card_keys": "GET",
     "a2a": "POST",
     "a2a_slash": "POST",
+    "a2a_rest_post": "POST",
+    "a2a_rest_get": "GET",
+    "a2a_rest_push": "GET, POST, DELETE",
     "approvals": "GET, POST",
 }
 # Envoy's CORS filter ignores a policy on a direct-response route (verified on 1.40), so the
@@ -58,6 +67,9 @@ CORS_ROUTES = {
 PREFLIGHT_ROUTES = {
     "public_preflight": ("public_methods", "agent_card"),
     "a2a_preflight": ("a2a_methods", "a2a"),
+    "a2a_rest_post_preflight": ("a2a_rest_post_methods", "a2a_rest_post"),
+    "a2a_rest_get_preflight": ("a2a_rest_get_methods", "a2a_rest_get"),
+    "a2a_rest_push_preflight": ("a2a_rest_push_methods", "a2a_rest_push"),
 }
 PREFLIGHT_HEADERS = [
     {"name": ":method", "string_match": {"exact": "OPTIONS"}},
@@ -80,6 +92,14 @@ DOWNSTREAM_TLS = (
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
 )
 HSTS = "max-age=31536000"
+SDS_RESOURCE_TYPE = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+NODE = "orrery-a2a-edge"
+SDS_CERTIFICATE = "public_tls"  # the SDS resource names, and their files in `sds_dir`
+SDS_CLIENT_CA = "client_ca"
+PROXY_PROTOCOL = "envoy.filters.listener.proxy_protocol"
+PROXY_PROTOCOL_CONFIG = (
+    "type.googleapis.com/envoy.extensions.filters.listener.proxy_protocol.v3.ProxyProtocol"
+)
 EXT_AUTHZ = "envoy.filters.http.ext_authz"
 HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 AuthzTransport = Literal["grpc", "http"]
@@ -111,6 +131,8 @@ class TlsFiles:
     cert: Path
     key: Path
     client_ca: Path | None = None
+    # Where the SDS resource files are (as Envoy sees them): set, the certificates reload.
+    sds_dir: Path | None = None
 
 
 def repo_config_path() -> Path:
@@ -328,6 +350,32 @@ def _apply(config: Config, policy: EdgePolicy) -> None:
         monitors = (config.get("overload_manager") or {}).get("resource_monitors", [])
         heap = _named(monitors, FIXED_HEAP, "overload resource monitor")
         heap["typed_config"]["max_heap_size_bytes"] = policy.max_heap_bytes
+    if policy.trusted_hops:
+        _trust_hops(manager, policy.trusted_hops)
+    if policy.proxy_protocol:
+        public = listener(config)
+        public["listener_filters"] = [
+            {"name": PROXY_PROTOCOL, "typed_config": {"@type": PROXY_PROTOCOL_CONFIG}},
+            *public.get("listener_filters", []),
+        ]
+
+
+def _trust_hops(manager: dict[str, Any], hops: int) -> None:
+    """The client is the address `hops` from the right of X-Forwarded-For (what the trusted
+    proxies in front appended), for the per-address budget, the access log and authz: so the
+    header must survive the early mutation that otherwise drops it (no client may pick its own
+    address when Envoy is the first hop)."""
+    manager["xff_num_trusted_hops"] = hops
+    kept = []
+    for extension in manager.get("early_header_mutation_extensions", []):
+        mutations = extension.get("typed_config", {}).get("mutations", [])
+        mutations[:] = [m for m in mutations if m.get("remove", "").lower() != "x-forwarded-for"]
+        if mutations:
+            kept.append(extension)
+    if kept:
+        manager["early_header_mutation_extensions"] = kept
+    else:
+        manager.pop("early_header_mutation_extensions", None)
 
 
 def public_manager(config: Config) -> dict[str, Any]:
@@ -439,16 +487,20 @@ def _terminate_tls(config: Config, tls: TlsFiles) -> None:
     common: Config = {
         "tls_params": {"tls_minimum_protocol_version": "TLSv1_2"},
         "alpn_protocols": ["h2", "http/1.1"],
-        "tls_certificates": [
-            {
-                "certificate_chain": {"filename": str(tls.cert)},
-                "private_key": {"filename": str(tls.key)},
-            }
-        ],
     }
+    if tls.sds_dir is None:
+        common["tls_certificates"] = [_certificate(tls)]
+    else:
+        common["tls_certificate_sds_secret_configs"] = [_sds_config(tls.sds_dir, SDS_CERTIFICATE)]
+        # Any xDS subscription, file-based SDS included, needs the node named (Envoy refuses to
+        # start otherwise); a name of the file's own, if it has one, stands.
+        config.setdefault("node", {"id": NODE, "cluster": NODE})
     context: Config = {"@type": DOWNSTREAM_TLS, "common_tls_context": common}
     if tls.client_ca is not None:
-        common["validation_context"] = {"trusted_ca": {"filename": str(tls.client_ca)}}
+        if tls.sds_dir is None:
+            common["validation_context"] = _validation_context(tls.client_ca)
+        else:
+            common["validation_context_sds_secret_config"] = _sds_config(tls.sds_dir, SDS_CLIENT_CA)
         context["require_client_certificate"] = True
     chain["transport_socket"] = {"name": TLS_SOCKET, "typed_config": context}
     manager = public_manager(config)
@@ -459,6 +511,55 @@ def _terminate_tls(config: Config, tls: TlsFiles) -> None:
             "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
         }
     )
+
+
+def _certificate(tls: TlsFiles) -> Config:
+    return {
+        "certificate_chain": {"filename": str(tls.cert)},
+        "private_key": {"filename": str(tls.key)},
+    }
+
+
+def _validation_context(client_ca: Path) -> Config:
+    return {"trusted_ca": {"filename": str(client_ca)}}
+
+
+def _sds_config(sds_dir: Path, name: str) -> Config:
+    return {
+        "name": name,
+        "sds_config": {
+            "path_config_source": {"path": str(sds_dir / f"{name}.yaml")},
+            "resource_api_version": "V3",
+        },
+    }
+
+
+def sds_resources(tls: TlsFiles) -> dict[str, Config]:
+    """The SDS resource files a `render(..., tls=TlsFiles(..., sds_dir=...))` refers to, by file
+    name in `sds_dir`. Each watches its PEM files' directory: a Kubernetes Secret volume swaps
+    every file at once (its `..data` link), and Envoy then re-reads the pair, checks that the key
+    matches the certificate, and serves it to new connections; a bad pair keeps the old one."""
+    certificate = {
+        **_certificate(tls),
+        "watched_directory": {"path": str(tls.cert.parent)},
+    }
+    resources = {
+        SDS_CERTIFICATE: {
+            "@type": SDS_RESOURCE_TYPE,
+            "name": SDS_CERTIFICATE,
+            "tls_certificate": certificate,
+        }
+    }
+    if tls.client_ca is not None:
+        resources[SDS_CLIENT_CA] = {
+            "@type": SDS_RESOURCE_TYPE,
+            "name": SDS_CLIENT_CA,
+            "validation_context": {
+                **_validation_context(tls.client_ca),
+                "watched_directory": {"path": str(tls.client_ca.parent)},
+            },
+        }
+    return {f"{name}.yaml": {"resources": [resource]} for name, resource in resources.items()}
 
 
 def _addresses(upstream: Upstream) -> list[Address]:

@@ -253,6 +253,7 @@ async def envoy_for(
     policy: EdgePolicy | None = None,
     admin_port: int = 0,
     authz_transport: envoy_config.AuthzTransport = "grpc",
+    tls: envoy_config.TlsFiles | None = None,
 ) -> AsyncIterator[RunningEnvoy]:
     """Run the real Envoy on `envoy/envoy.yaml`, re-pointed at the test's ports (its own listener
     and admin on port 0: the bound ports are read back from the admin API, so no race), with
@@ -267,7 +268,11 @@ async def envoy_for(
         adapter=("127.0.0.1", adapter_port),
         policy=policy,
         authz_transport=authz_transport,
+        tls=tls,
     )
+    if tls is not None and tls.sds_dir is not None:
+        for name, resource in envoy_config.sds_resources(tls).items():
+            envoy_config.write(resource, tls.sds_dir / name)
     config_path = tmp_path / "envoy.yaml"
     envoy_config.write(config, config_path)
     admin_file = tmp_path / "admin.txt"

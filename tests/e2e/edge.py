@@ -256,12 +256,16 @@ class Edge:
             )
 
     @contextlib.asynccontextmanager
-    async def client(self, token: str, *, streaming: bool = False) -> AsyncIterator[Client]:
-        """The real a2a-sdk client (ClientFactory from the public card) through Envoy."""
+    async def client(
+        self, token: str, *, streaming: bool = False, binding: str = "JSONRPC"
+    ) -> AsyncIterator[Client]:
+        """The real a2a-sdk client (ClientFactory from the public card) through Envoy, on the
+        card's interface of `binding` (JSONRPC, or HTTP+JSON)."""
         async with httpx.AsyncClient(headers=bearer(token), timeout=120) as http:
-            client = await ClientFactory(
-                ClientConfig(httpx_client=http, streaming=streaming)
-            ).create_from_url(self.url)
+            config = ClientConfig(
+                httpx_client=http, streaming=streaming, supported_protocol_bindings=[binding]
+            )
+            client = await ClientFactory(config).create_from_url(self.url)
             try:
                 yield client
             finally:

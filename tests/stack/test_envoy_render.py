@@ -254,6 +254,50 @@ def test_envoy_config_takes_tls_from_the_environment_too(
     assert "transport_socket" not in envoy_config.listener(plain)["filter_chains"][0]
 
 
+@pytest.mark.envoy
+def test_tls_reload_renders_sds_files_beside_the_bootstrap(tmp_path: Path) -> None:
+    """`--tls-reload true` (ORRERY_A2A_TLS_RELOAD): the listener takes its certificate and
+    client CA by SDS from files written beside --out, each watching its PEM files' directory
+    (tests/e2e/test_tls_reload.py shows a rotation served); Envoy accepts the result."""
+    from tests.certs import make_certs
+
+    certs = make_certs(tmp_path / "certs")
+    out = tmp_path / "rendered" / "envoy.yaml"
+    out.parent.mkdir()
+    flags = ["--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)]
+    flags += ["--client-ca", str(certs.ca), "--out", str(out)]
+    assert cli.main(["envoy-config", *flags], env={"ORRERY_A2A_TLS_RELOAD": "true"}) == 0
+    rendered = yaml.safe_load(out.read_text())
+    context = envoy_config.listener(rendered)["filter_chains"][0]["transport_socket"]
+    common = context["typed_config"]["common_tls_context"]
+    assert "tls_certificates" not in common and "validation_context" not in common
+    assert context["typed_config"]["require_client_certificate"] is True
+    assert sorted(p.name for p in out.parent.iterdir()) == [
+        "client_ca.yaml",
+        "envoy.yaml",
+        "public_tls.yaml",
+    ]
+    (certificate,) = yaml.safe_load((out.parent / "public_tls.yaml").read_text())["resources"]
+    assert certificate["tls_certificate"]["watched_directory"] == {"path": str(certs.ca.parent)}
+    (ca,) = yaml.safe_load((out.parent / "client_ca.yaml").read_text())["resources"]
+    assert ca["validation_context"]["trusted_ca"] == {"filename": str(certs.ca)}
+    result = envoy_validate(out)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--tls-reload", "true"], ["--tls-reload", "true", "--tls-cert", "/c", "--tls-key", "/k"]],
+)
+def test_tls_reload_needs_tls_and_an_output_file(
+    flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without certificates there is nothing to reload, without --out nowhere to put the SDS
+    files: exit 2, saying so."""
+    assert cli.main(["envoy-config", *flags], env={}) == 2
+    assert "--tls-reload: needs" in capsys.readouterr().err
+
+
 def _ext_authz(config: envoy_config.Config) -> dict[str, object]:
     filters = envoy_config.public_manager(config)["http_filters"]
     (found,) = [f for f in filters if f["name"] == envoy_config.EXT_AUTHZ]
