@@ -922,9 +922,10 @@ async def test_cors_preflights_are_answered_by_envoy_for_allowed_origins_only(
     tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
 ) -> None:
     """With an origin opted in, Envoy answers its preflights on the card, /a2a, the HTTP+JSON
-    operations and /approvals/ (methods, request headers, max age, never credentials); another origin's preflight gets no
-    Access-Control-Allow-Origin, and one for a method the route does not take names only the
-    route's methods: a browser stops either. Preflights reach neither authz nor the upstream."""
+    operations and /approvals/ (methods, request headers, max age, never credentials); another
+    origin's preflight gets no Access-Control-Allow-Origin, and one for a method the route does
+    not take names only the route's methods: a browser stops either. Preflights reach neither
+    authz nor the upstream."""
     policy = EdgePolicy(cors_origins=(ALLOWED_ORIGIN,))
     wanted = {
         "/.well-known/agent-card.json": "GET",
