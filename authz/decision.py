@@ -11,7 +11,8 @@ refusal first:
     2. hop header       → 508 loop_detected
     3. Authorization    → 401 missing_credential / token_invalid
     4. token            → 401 token_* / unknown_key, 503 keys_unavailable
-    5. principal        → 403 forbidden / insufficient_scope (incl. an identity too large to sign)
+    5. principal        → 401 token_invalid (an identity claim that names nobody, or too large to
+                          sign), 403 forbidden / insufficient_scope
     6. rate limit       → 429 rate_limited, 503 limiter_unavailable
     7. allow            → the signed x-orrery-principal assertion (+ trace link)
 
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 from authz import credentials
 from authz.callers import Caller, CallerMemo
-from authz.errors import Denial, Forbidden
+from authz.errors import Denial, InvalidToken
 from authz.limits import Limiter
 from authz.principal import RoleRules, SurfaceRules
 from authz.settings import TokenRules
@@ -174,8 +175,10 @@ class Decider:
 
 
 def _signed(caller: Caller, request_id: str, now: float) -> str:
-    """The caller's assertion for this request, or 403 when its identity is too large to sign."""
+    """The caller's assertion for this request, or 401 `token_invalid` when the token's identity
+    is too large to assert: like a malformed identity claim, its claims cannot name anyone (the
+    request's own part, its id, is at most 128 bytes, which the bound allows for)."""
     signed = caller.signer.sign(request_id, int(now))
     if len(signed) > assertion.MAX_ASSERTION_BYTES:
-        raise Forbidden("the caller's identity is too large to assert")
+        raise InvalidToken("token identity claims are too large")
     return signed

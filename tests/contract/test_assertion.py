@@ -359,8 +359,13 @@ def test_key_spec_errors_name_the_problem(spec: str, problem: str) -> None:
             id="second entry without kid",
         ),
         pytest.param(
-            b64url_encode(b"s" * 32) + "=" + b64url_encode(b"t" * 32) + ","
-            + b64url_encode(b"s" * 32) + "=" + b64url_encode(b"t" * 32),
+            b64url_encode(b"s" * 32)
+            + "="
+            + b64url_encode(b"t" * 32)
+            + ","
+            + b64url_encode(b"s" * 32)
+            + "="
+            + b64url_encode(b"t" * 32),
             id="secret as kid, listed twice",
         ),
     ],
