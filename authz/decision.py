@@ -11,6 +11,8 @@ refusal first:
     2. hop header       → 508 loop_detected
     3. Authorization    → 401 missing_credential / token_invalid
     4. token            → 401 token_* / unknown_key, 503 keys_unavailable
+       (signature) → 429 new_token_rate_limited, 503 verification_busy: a token not verified
+                          yet pays for its signature check (`admission.py`)
     5. principal        → 401 token_invalid (an identity claim that names nobody, or too large to
                           sign), 403 forbidden / insufficient_scope
     6. rate limit       → 429 rate_limited, 503 limiter_unavailable
@@ -28,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from authz import credentials
+from authz.admission import Admission, client_of
 from authz.callers import Caller, CallerMemo
 from authz.errors import Denial, InvalidToken
 from authz.limits import Limiter
@@ -47,11 +50,14 @@ from contract.tracing import trace_link
 @dataclass(slots=True)
 class CheckView:
     """What the decision needs from a check: headers (lowercase names), the route's surface
-    label (our Envoy sets one; Istio cannot) and the request path (query string included)."""
+    label (our Envoy sets one; Istio cannot), the request path (query string included) and, when
+    the transport has one, the client's address as the proxy saw it — asked for only when a
+    signature is to be checked (`admission.client_of`)."""
 
     headers: Mapping[str, str]
     surface: str | None
     path: str
+    peer: Callable[[], str] | None = None
 
 
 @dataclass(slots=True)
@@ -89,11 +95,13 @@ class Unsettled:
     token: str
     now: float
     caller: Caller | None
+    peer: Callable[[], str] | None = None
 
 
 class Decider:
     """Holds the long-lived parts: the key store via the verifier, the callers derived so far
-    (`CallerMemo`, at most `memo_size` per surface), the limiter and the keys to sign with.
+    (`CallerMemo`, at most `memo_size` per surface), the limiter, the signature-check budgets
+    (`Admission`) and the keys to sign with.
 
     `decide_now` runs the checks in order as far as it can without an await — all the way for a
     cached token and the in-process limiter, the common case — so a transport can answer such a
@@ -109,6 +117,7 @@ class Decider:
         limiter: Limiter,
         assertion_keys: assertion.AssertionKeys,
         *,
+        admission: Admission,
         memo_size: int,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -120,6 +129,7 @@ class Decider:
         surfaces = SurfaceRules(rules.audience, rules.console_audience, rules.console_clients)
         self._callers = CallerMemo(roles, surfaces, assertion_keys, memo_size)
         self._limiter = limiter
+        self._admission = admission
         self._clock = clock
 
     async def decide(self, view: CheckView) -> Allow | Deny:
@@ -144,7 +154,7 @@ class Decider:
             now = self._clock()
             verified = self._verifier.cached(token, self._audiences[surface], now)
             if verified is None:
-                return Unsettled(headers, surface, rid, token, now, None)
+                return Unsettled(headers, surface, rid, token, now, None, view.peer)
             caller = self._callers.caller(token, verified, surface)
             who = caller.principal
             if not self._limiter.in_process:
@@ -156,14 +166,17 @@ class Decider:
         return Allow(caller, surface, rid, signed, trace_link(headers.get(TRACEPARENT_HEADER)))
 
     async def settle(self, check: Unsettled) -> Allow | Deny:
-        """Finish what `decide_now` began: verify the token (unless cached), then the same steps
-        as there, awaiting the limiter when it is in Redis."""
+        """Finish what `decide_now` began: verify the token (unless cached; its signature check
+        paid from the client's and the process's budgets), then the same steps as there,
+        awaiting the limiter when it is in Redis."""
         who: Principal | None = None
         try:
             caller = check.caller
             if caller is None:
                 audience = self._audiences[check.surface]
-                verified = await self._verifier.verify(check.token, audience, check.now)
+                verified = await self._verifier.verify(
+                    check.token, audience, check.now, admit=lambda: self._admit(check)
+                )
                 caller = self._callers.caller(check.token, verified, check.surface)
             who = caller.principal
             signed = _signed(caller, check.request_id, check.now)
@@ -172,6 +185,9 @@ class Decider:
             return Deny(denial, check.surface, check.request_id, who)
         link = trace_link(check.headers.get(TRACEPARENT_HEADER))
         return Allow(caller, check.surface, check.request_id, signed, link)
+
+    def _admit(self, check: Unsettled) -> None:
+        self._admission.admit(client_of(check.headers, check.peer))
 
 
 def _signed(caller: Caller, request_id: str, now: float) -> str:
