@@ -70,6 +70,7 @@ PREFLIGHT_ROUTES = {
     "a2a_rest_post_preflight": ("a2a_rest_post_methods", "a2a_rest_post"),
     "a2a_rest_get_preflight": ("a2a_rest_get_methods", "a2a_rest_get"),
     "a2a_rest_push_preflight": ("a2a_rest_push_methods", "a2a_rest_push"),
+    "approvals_preflight": ("approvals_methods", "approvals"),
 }
 PREFLIGHT_HEADERS = [
     {"name": ":method", "string_match": {"exact": "OPTIONS"}},

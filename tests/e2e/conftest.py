@@ -28,7 +28,7 @@ import signal
 import socket
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,12 +254,14 @@ async def envoy_for(
     admin_port: int = 0,
     authz_transport: envoy_config.AuthzTransport = "grpc",
     tls: envoy_config.TlsFiles | None = None,
+    edit: Callable[[envoy_config.Config], None] | None = None,
 ) -> AsyncIterator[RunningEnvoy]:
     """Run the real Envoy on `envoy/envoy.yaml`, re-pointed at the test's ports (its own listener
     and admin on port 0: the bound ports are read back from the admin API, so no race), with
     `policy` rendered in as `orrery-a2a up` would. The diag listener reaches the admin API only on
     a port known before start: pass `admin_port`. With `authz_transport="http"`, `authz_port` is
-    authz's HTTP transport."""
+    authz's HTTP transport. `edit` changes the rendered config in place (a deployment shaped
+    otherwise)."""
     config = envoy_config.render(
         envoy_config.load(ENVOY_YAML),
         listen=(listen_host, 0),
@@ -273,6 +275,8 @@ async def envoy_for(
     if tls is not None and tls.sds_dir is not None:
         for name, resource in envoy_config.sds_resources(tls).items():
             envoy_config.write(resource, tls.sds_dir / name)
+    if edit is not None:
+        edit(config)
     config_path = tmp_path / "envoy.yaml"
     envoy_config.write(config, config_path)
     admin_file = tmp_path / "admin.txt"

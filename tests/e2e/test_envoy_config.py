@@ -71,7 +71,13 @@ CORS = "envoy.filters.http.cors"
 LOCAL_RATE_LIMIT = "envoy.filters.http.local_ratelimit"
 BUFFER = "envoy.filters.http.buffer"
 FIXED_HEAP = "envoy.resource_monitors.fixed_heap"
-CONTRACT_HEADERS = {"authorization", "x-request-id", "traceparent", "tracestate"}
+CONTRACT_HEADERS = {
+    "authorization",
+    "x-request-id",
+    "traceparent",
+    "tracestate",
+    "x-envoy-external-address",
+}
 MUTABLE_HEADERS = {
     "x-orrery-principal",
     "x-orrery-trace-link",
@@ -160,7 +166,8 @@ def _socket(address: Any) -> tuple[str, int]:
 def _method(route: Route) -> str | None:
     for matcher in route.match.headers:
         if matcher.name == ":method":
-            return str(matcher.string_match.exact)
+            exact = matcher.string_match.exact
+            return str(exact if exact is not None else matcher.string_match.safe_regex.regex)
     return None
 
 
@@ -421,12 +428,12 @@ REST_ROUTES = {
 
 
 def test_each_authz_route_names_its_surface(routes: dict[str, Route]) -> None:
-    """POST /a2a and /a2a/ and the HTTP+JSON routes are surface a2a; /approvals/ is surface
-    approvals."""
+    """POST /a2a and /a2a/ and the HTTP+JSON routes are surface a2a; GET and POST /approvals/
+    are surface approvals."""
     expected = {
         "a2a": ("/a2a", None, "POST", "a2a"),
         "a2a_slash": ("/a2a/", None, "POST", "a2a"),
-        "approvals": (None, "/approvals/", None, "approvals"),
+        "approvals": (None, "/approvals/", "GET|POST", "approvals"),
     }
     forwarding = {name for name, route in routes.items() if route.route is not None}
     assert forwarding == {*expected, *REST_ROUTES, *PUBLIC_ROUTES}
@@ -736,13 +743,15 @@ def test_every_answer_carries_its_request_id(hcm: HttpConnectionManager) -> None
 
 
 def test_a_known_paths_other_methods_are_405_with_allow(routes: dict[str, Route]) -> None:
-    """After the card's and its keys' GET routes, /a2a's POST routes and each HTTP+JSON route,
-    any other method on those paths is a direct 405 naming the allowed methods, without authz."""
+    """After the card's and its keys' GET routes, /a2a's POST routes, each HTTP+JSON route and
+    /approvals/'s GET and POST route, any other method on those paths (HEAD included) is a direct
+    405 naming the allowed methods, without authz."""
     names = list(routes)
     expected = {
         "public_methods": ("card_keys", "GET"),
         "a2a_methods": ("a2a_slash", "POST"),
         **{after: (name, allow) for name, (_, _, after, allow) in REST_ROUTES.items()},
+        "approvals_methods": ("approvals", "GET, POST"),
     }
     for name, (after, allow) in expected.items():
         route = routes[name]
@@ -780,6 +789,7 @@ TRICKS: list[tuple[str, str, dict[str, str], int]] = [
     ("POST", "/a2a;x", {}, 404),
     ("GET", "/a2a", {}, 405),
     ("POST", "/.well-known/agent-card.json", {}, 405),
+    ("DELETE", "/approvals/act-1", {}, 405),
     ("GET", "/.well-known/agent-card.json", {"x_orrery_principal": "forged"}, 400),
     ("POST", "/a2a", {"x_forwarded_for": "1.2.3.4"}, 400),
 ]
@@ -1090,9 +1100,12 @@ async def test_reserved_headers_are_refused_by_envoy_before_authz(
 async def test_authz_gets_only_contract_headers_and_the_surface(
     tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
 ) -> None:
-    """Check carries authorization, x-request-id, trace and x-orrery-* headers, and the surface."""
+    """Check carries authorization, x-request-id, trace and x-orrery-* headers, the client
+    address Envoy trusts (the peer, whatever x-envoy-external-address the client sent) and the
+    surface."""
     sent = {
         "authorization": "Bearer t",
+        "x-envoy-external-address": "203.0.113.1",
         "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
         "x-orrery-hop": "1",
         "cookie": "session=1",
@@ -1105,7 +1118,14 @@ async def test_authz_gets_only_contract_headers_and_the_surface(
     a2a, approvals = fake_authz.checks
     for check in (a2a, approvals):
         headers = set(check.attributes.request.http.headers)
-        assert headers == {"authorization", "traceparent", "x-orrery-hop", "x-request-id"}
+        assert headers == {
+            "authorization",
+            "traceparent",
+            "x-orrery-hop",
+            "x-request-id",
+            "x-envoy-external-address",
+        }
+        assert check.attributes.request.http.headers["x-envoy-external-address"] == "127.0.0.1"
         assert check.attributes.request.http.body == ""
     assert dict(a2a.attributes.context_extensions) == {"surface": "a2a"}
     assert dict(approvals.attributes.context_extensions) == {"surface": "approvals"}
