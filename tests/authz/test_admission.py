@@ -1,4 +1,4 @@
-"""What a token not verified yet may cost (docs/authz.md#what-an-unverified-token-may-cost): a
+"""What a token not verified yet may cost (docs/authz.md#what-a-token-not-verified-yet-may-cost): a
 signature check, paid from its client address's budget and then from the process's, through the
 real service. A cached valid token and a remembered refusal never pay."""
 
