@@ -14,7 +14,9 @@ its client's. Cases, each a stack started exactly as `orrery-a2a up` starts it
 * `after` — authz's bounds as shipped (50 a second per address, 1000 a second per process);
 * `envoy-bucket` (not run unless named) — authz's bounds off, Envoy's per-address bucket as
   shipped: the edge before this change, where one address shares a bucket with everyone behind
-  the same ingress.
+  the same ingress;
+* `after-200` (not run unless named) — as `after` with the per-process bound at 200 a second, so
+  that a flood a small machine can generate beside the stack reaches it.
 
 each with `--transports` (`grpc`, `http`: ORRERY_A2A_AUTHZ_TRANSPORT). Per stack three phases of
 `--duration` seconds: `quiet` (the legitimate callers alone), `one` (the same callers while `wrk`
@@ -77,6 +79,8 @@ CASES = {
     "before": {**NO_ENVOY_BUCKET, **NO_AUTHZ_BOUNDS},
     "after": NO_ENVOY_BUCKET,
     "envoy-bucket": NO_AUTHZ_BOUNDS,
+    # The per-process bound within reach of a flood this machine can generate next to the stack
+    "after-200": {**NO_ENVOY_BUCKET, "ORRERY_A2A_VERIFY_LIMIT": "200/second"},
 }
 # authz's per-subject limit out of the way: the callers reuse eight tokens
 BENCH_ENV = {"ORRERY_A2A_RATE_LIMIT": UNLIMITED}
