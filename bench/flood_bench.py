@@ -5,9 +5,9 @@ A token with a published `kid` and a random signature costs authz a full signatu
 free to make. Envoy's per-address bucket does not separate clients under Istio (it has none) or
 behind an ingress without trusted hops (one address for everyone), so each stack here runs with
 that bucket out of the way (`ORRERY_A2A_CLIENT_RATE_LIMIT=100000000/second`) and with Envoy
-trusting one `x-forwarded-for` hop, as behind an ingress: the address a request claims there is
-its client's. Cases, each a stack started exactly as `orrery-a2a up` starts it
-(`stack.up.LocalStack`), interleaved round by round:
+trusting one `x-forwarded-for` hop (`ORRERY_A2A_XFF_TRUSTED_HOPS=1`), as behind an ingress: the
+address a request claims there is its client's. Cases, each a stack started exactly as
+`orrery-a2a up` starts it (`stack.up.LocalStack`), interleaved round by round:
 
 * `before` — authz's bounds off (`ORRERY_A2A_CLIENT_VERIFY_LIMIT` and `ORRERY_A2A_VERIFY_LIMIT`
   at 100000000/second): every forged token is a signature check, as before they existed;
@@ -58,7 +58,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import adapter_benc
 
 from adapter_bench import cpu_seconds, found, run_in_scratch
 
-from stack import envoy_config
 from stack.settings import ADDRESSES, StackSettings
 from stack.state import StackState
 from stack.tokens import TokenRequest, mint_for_stack
@@ -82,8 +81,9 @@ CASES = {
     # The per-process bound within reach of a flood this machine can generate next to the stack
     "after-200": {**NO_ENVOY_BUCKET, "ORRERY_A2A_VERIFY_LIMIT": "200/second"},
 }
-# authz's per-subject limit out of the way: the callers reuse eight tokens
-BENCH_ENV = {"ORRERY_A2A_RATE_LIMIT": UNLIMITED}
+# authz's per-subject limit out of the way: the callers reuse eight tokens; Envoy behind an
+# ingress that appends the client to x-forwarded-for (one trusted hop, `stack.edge_policy`)
+BENCH_ENV = {"ORRERY_A2A_RATE_LIMIT": UNLIMITED, "ORRERY_A2A_XFF_TRUSTED_HOPS": "1"}
 FLOODS = {"one": CALLERS_ADDRESS, "many": "many"}  # flood.lua's address argument, per phase
 
 
@@ -196,19 +196,6 @@ async def phase(
     return Phase(callers, flood_result, cpu)
 
 
-def behind_one_hop(work: Path) -> Path:
-    """envoy/envoy.yaml as behind an ingress that appends the client: one trusted
-    x-forwarded-for hop, the header kept (the renderer's trusted-hops setting does the same)."""
-    config = envoy_config.load(envoy_config.repo_config_path())
-    manager = envoy_config.public_manager(config)
-    manager["xff_num_trusted_hops"] = 1
-    manager.pop("early_header_mutation_extensions", None)  # its one mutation drops the header
-    path = work / "envoy-one-hop.yaml"
-    if not path.exists():
-        envoy_config.write(config, path)
-    return path
-
-
 async def measure(
     case: str, transport: str, work: Path, args: argparse.Namespace
 ) -> dict[str, Phase]:
@@ -220,7 +207,6 @@ async def measure(
         **BENCH_ENV,
         **CASES[case],
         "ORRERY_A2A_AUTHZ_TRANSPORT": transport,
-        "ORRERY_A2A_ENVOY_CONFIG": str(behind_one_hop(work)),
     }
     ports = dict.fromkeys(ADDRESSES, "127.0.0.1:0")
     settings = StackSettings.from_env({**env, **ports, "ORRERY_A2A_STATE_DIR": str(state_dir)})

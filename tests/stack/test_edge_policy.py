@@ -153,7 +153,8 @@ def test_preflight_routes_take_only_preflights_before_the_405s_and_fail_closed()
         )
         ext_authz = per_filter["envoy.filters.http.ext_authz"]
         assert not ext_authz.get("disabled")
-        assert ext_authz["check_settings"]["context_extensions"]["surface"] == "a2a"
+        surface = "approvals" if like == "approvals" else "a2a"  # the public card's: a2a
+        assert ext_authz["check_settings"]["context_extensions"]["surface"] == surface
 
 
 def test_any_origin_never_allows_credentials() -> None:
