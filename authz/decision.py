@@ -10,9 +10,9 @@ refusal first:
     1. reserved header  → 400 reserved_header
     2. hop header       → 508 loop_detected
     3. Authorization    → 401 missing_credential / token_invalid
-    4. token            → 401 token_* / unknown_key, 503 keys_unavailable
-       (signature) → 429 new_token_rate_limited, 503 verification_busy: a token not verified
-                          yet pays for its signature check (`admission.py`)
+    4. token            → 401 token_* / unknown_key, 503 keys_unavailable; just before its
+                          signature is checked, 429 new_token_rate_limited / 503
+                          verification_busy (`admission.py`: a token not verified yet pays)
     5. principal        → 401 token_invalid (an identity claim that names nobody, or too large to
                           sign), 403 forbidden / insufficient_scope
     6. rate limit       → 429 rate_limited, 503 limiter_unavailable
