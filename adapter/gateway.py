@@ -10,7 +10,9 @@ the action the person was shown: a `Proposal` carries the `action_digest` of the
 `mismatch` (nothing consumed, nothing may run) when the plan changed in between.
 
 `ORRERY_A2A_GATEWAY=module:factory` loads another implementation: `factory(GatewayContext)` returns
-the gateway (or an awaitable of it). The default is `adapter.demo_gateway:create`.
+the gateway (or an awaitable of it). The default is `gateways.demo:create`. A gateway module may
+also define `check_environment(env) -> Sequence[str]`: the problems its own settings have, which
+`python -m adapter check` (and so `orrery-a2a check`) reports beside the adapter's.
 
 The confirmation store's contract and rows (`ConfirmationStore`, `Confirmation`, `Proposal`, the
 decision and gate outcomes) are defined with the other store contracts in `stores/protocols.py`
@@ -23,10 +25,13 @@ import importlib
 import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from prometheus_client import CollectorRegistry
+
 from adapter.errors import GatewayLoadError
+from adapter.messages import MAX_CHARS as MESSAGE_MAX_CHARS
 from adapter.stores.protocols import (
     Confirmation,
     ConfirmationStore,
@@ -41,6 +46,7 @@ from contract.identity import Principal
 
 __all__ = [
     "DEFAULT_GATEWAY",
+    "MESSAGE_MAX_CHARS",
     "REDACTED",
     "AgentGateway",
     "Confirmation",
@@ -56,11 +62,12 @@ __all__ = [
     "Status",
     "Turn",
     "action_digest",
+    "gateway_problems",
     "load_gateway",
     "redact",
 ]
 
-DEFAULT_GATEWAY = "adapter.demo_gateway:create"
+DEFAULT_GATEWAY = "gateways.demo:create"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +132,14 @@ class AgentGateway(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class GatewayContext:
-    """What a gateway factory gets from the adapter."""
+    """What a gateway factory gets from the adapter: the approvals, the process environment (a
+    gateway builds its own frozen settings from it) and the adapter's metrics registry (a
+    gateway's metrics are served on the adapter's `/metrics`)."""
 
     confirmations: ConfirmationStore
     approval_ttl: float
+    env: Mapping[str, str] = field(default_factory=dict)
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
 
 _SECRET_NAME = re.compile(
@@ -181,6 +192,14 @@ def gateway_factory(spec: str | None) -> Callable[[GatewayContext], Any]:
         raise GatewayLoadError(f"ORRERY_A2A_GATEWAY: {spec!r} is not callable")
     # loaded by name from the environment: callable is all Python can check here
     return factory  # type: ignore[no-any-return]
+
+
+def gateway_problems(spec: str | None, env: Mapping[str, str]) -> list[str]:
+    """The problems the gateway module's own `check_environment(env)` reports (none without
+    one); what `python -m adapter check` adds to the adapter's."""
+    module = importlib.import_module((spec or DEFAULT_GATEWAY).partition(":")[0])
+    check = getattr(module, "check_environment", None)
+    return list(check(env)) if callable(check) else []
 
 
 async def load_gateway(spec: str | None, context: GatewayContext) -> AgentGateway:

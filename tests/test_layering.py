@@ -27,20 +27,23 @@ ALLOWED: dict[str, frozenset[str]] = {
     "runtime": frozenset({"runtime"}),
     "authz": SHARED | {"authz"},
     "adapter": SHARED | {"adapter"},
+    # A gateway plugs into the adapter at the seam only (`adapter.gateway`, checked below).
+    "gateways": SHARED | {"adapter", "gateways"},
     "stack": SHARED | {"stack"},
     "tests/contract": frozenset({"contract", "tests"}),
     "tests/runtime": frozenset({"runtime", "tests"}),
     "tests/authz": SHARED | {"authz", "tests"},
-    "tests/adapter": SHARED | {"adapter", "tests"},
+    "tests/adapter": SHARED | {"adapter", "gateways", "tests"},
+    "tests/gateways": SHARED | {"adapter", "gateways", "tests"},
     "tests/stack": SHARED | {"stack", "tests"},
-    "tests/e2e": SHARED | {"adapter", "stack", "tests"},
+    "tests/e2e": SHARED | {"adapter", "gateways", "stack", "tests"},
     "tests/docker": SHARED | {"stack", "tests"},
     # The deployment is both services at once: its tests read each one's settings and metric
     # definitions to check the manifests, alerts and dashboard against them.
     "tests/deploy": SHARED | {"adapter", "authz", "stack", "tests"},
     "bench/authz_bench.py": SHARED | {"authz"},
     "bench/adapter_bench.py": SHARED | {"adapter"},
-    "bench/adapter_stock_server.py": SHARED | {"adapter"},
+    "bench/adapter_stock_server.py": SHARED | {"adapter", "gateways"},
     "bench/e2e_bench.py": SHARED | {"adapter", "stack"},
     "bench/flood_bench.py": SHARED | {"stack"},
     "bench/list_tasks_bench.py": SHARED | {"adapter"},
@@ -59,16 +62,22 @@ def python_files(area: str) -> list[Path]:
     return [path] if path.is_file() else sorted(path.rglob("*.py"))
 
 
-def imports(path: Path) -> Iterator[tuple[int, str]]:
-    """(line, top-level module) of every import in the file, those inside functions included."""
+def full_imports(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, dotted module) of every import in the file, those inside functions included."""
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name.partition(".")[0]
+                yield node.lineno, alias.name
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: always within the file's own package
                 continue
-            yield node.lineno, (node.module or "").partition(".")[0]
+            yield node.lineno, node.module or ""
+
+
+def imports(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, top-level module) of every import in the file, those inside functions included."""
+    for line, module in full_imports(path):
+        yield line, module.partition(".")[0]
 
 
 def violations(area: str, allowed: frozenset[str]) -> list[str]:
@@ -93,6 +102,17 @@ def test_every_area_of_ours_has_a_rule() -> None:
     areas |= {str(path.parent.relative_to(ROOT)) for path in ROOT.glob("tests/*/__init__.py")}
     areas |= {str(path.relative_to(ROOT)) for path in ROOT.glob("bench/*.py")}
     assert sorted(areas - ALLOWED.keys()) == []
+
+
+def test_a_gateway_reaches_the_adapter_only_through_its_seam() -> None:
+    """A gateway package imports `adapter.gateway` and nothing else of the adapter's."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in python_files("gateways")
+        for line, module in full_imports(path)
+        if module.partition(".")[0] == "adapter" and module != "adapter.gateway"
+    ]
+    assert found == []
 
 
 def test_top_level_test_modules_do_not_import_authz() -> None:

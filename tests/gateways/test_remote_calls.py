@@ -1,0 +1,164 @@
+"""Calling a remote A2A agent: the a2a-sdk client through the guarded transport, against the
+a2a-sdk's own server (tests/gateways/remotes.py). Every refusal has its reason code."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from gateways.remote.client import RemoteAgents
+from gateways.remote.errors import RemoteAgentError
+from gateways.remote.metrics import RemoteMetrics
+from gateways.remote.settings import RemoteSettings
+from tests.gateways.conftest import env_for, settings_for
+from tests.gateways.remotes import RemoteAgentServer
+
+KEY = "delegated:alice"
+
+
+def agents(settings: RemoteSettings) -> tuple[RemoteAgents, CollectorRegistry]:
+    registry = CollectorRegistry()
+    return RemoteAgents(settings, RemoteMetrics(registry)), registry
+
+
+def calls(registry: CollectorRegistry, agent: str, outcome: str) -> float | None:
+    return registry.get_sample_value(
+        "orrery_a2a_remote_calls_total", {"agent": agent, "outcome": outcome}
+    )
+
+
+async def refusal(settings: RemoteSettings, name: str, text: str = "hi") -> RemoteAgentError:
+    remote, _ = agents(settings)
+    with pytest.raises(RemoteAgentError) as caught:
+        await remote.call(name, text, principal_key=KEY)
+    return caught.value
+
+
+async def test_an_allowlisted_agent_answers_through_the_sdk_client(
+    remotes: RemoteAgentServer,
+) -> None:
+    """The echo agent's reply comes back as text; the request carried the hop header and no
+    credential (none configured)."""
+    remote, registry = agents(settings_for(remotes))
+    assert await remote.call("echo", "how is checkout?", principal_key=KEY) == (
+        "echo: how is checkout?"
+    )
+    (sent,) = remotes.headers("/echo/a2a")
+    assert sent["x-orrery-hop"] == "1"
+    assert "authorization" not in sent
+    assert calls(registry, "echo", "ok") == 1
+
+
+async def test_every_request_of_a_call_carries_the_hop_header(remotes: RemoteAgentServer) -> None:
+    """The card, its key set and the call itself: a receiving Orrery edge refuses each."""
+    remote, _ = agents(settings_for(remotes))
+    await remote.call("echo", "hi", principal_key=KEY)
+    seen = remotes.headers("/echo/")
+    assert {len(seen)} == {3}  # card, jwks, SendMessage
+    assert all(headers["x-orrery-hop"] == "1" for headers in seen)
+
+
+async def test_the_token_comes_from_its_file_and_a_rotation_is_used_next_call(
+    remotes: RemoteAgentServer, tmp_path: Path
+) -> None:
+    """`_TOKEN_FILE` is re-read when it changes: the next call carries the new token."""
+    token = tmp_path / "echo.token"
+    token.write_text("first-token\n", encoding="utf-8")
+    remote, _ = agents(settings_for(remotes, {"ORRERY_A2A_REMOTE_ECHO_TOKEN_FILE": str(token)}))
+    await remote.call("echo", "one", principal_key=KEY)
+    token.write_text("second-token-rotated\n", encoding="utf-8")
+    await remote.call("echo", "two", principal_key=KEY)
+    calls = remotes.headers("/echo/a2a")
+    assert [headers["authorization"] for headers in calls] == [
+        "Bearer first-token",
+        "Bearer second-token-rotated",
+    ]
+
+
+async def test_an_unreadable_token_file_is_a_refusal_without_a_request(
+    remotes: RemoteAgentServer, tmp_path: Path
+) -> None:
+    """No token, no call: `credentials_unavailable`, and the agent never hears of it."""
+    settings = settings_for(
+        remotes, {"ORRERY_A2A_REMOTE_ECHO_TOKEN_FILE": str(tmp_path / "missing")}
+    )
+    assert (await refusal(settings, "echo")).reason == "credentials_unavailable"
+    assert remotes.headers("/echo/a2a") == []
+
+
+async def test_a_name_off_the_allowlist_is_refused(remotes: RemoteAgentServer) -> None:
+    """Only allowlisted names are callable; the metric's agent label is `-`, not the name."""
+    remote, registry = agents(settings_for(remotes))
+    with pytest.raises(RemoteAgentError) as caught:
+        await remote.call("stranger", "hi", principal_key=KEY)
+    assert caught.value.reason == "not_allowlisted"
+    assert calls(registry, "-", "not_allowlisted") == 1
+
+
+async def test_a_card_url_that_redirects_is_refused(remotes: RemoteAgentServer) -> None:
+    """A 3xx is never followed: `redirect_refused`, and the echo card is never fetched."""
+    assert (await refusal(settings_for(remotes), "moved")).reason == "redirect_refused"
+    assert remotes.headers("/echo/") == []
+
+
+async def test_a_reply_with_a_data_part_is_refused(remotes: RemoteAgentServer) -> None:
+    """Only text reaches the agent: a data part refuses the whole reply."""
+    assert (await refusal(settings_for(remotes), "pictures")).reason == "reply_not_text"
+
+
+async def test_a_reply_over_the_message_limit_is_refused(remotes: RemoteAgentServer) -> None:
+    """Text longer than the message limit (8192 characters) is `reply_too_long`."""
+    assert (await refusal(settings_for(remotes), "chatty")).reason == "reply_too_long"
+
+
+async def test_a_body_over_the_byte_cap_is_refused(remotes: RemoteAgentServer) -> None:
+    """A response body over `ORRERY_A2A_REMOTE_MAX_BODY_BYTES` is never read whole."""
+    assert (await refusal(settings_for(remotes), "huge")).reason == "too_large"
+
+
+async def test_a_loopback_agent_is_refused_unless_its_network_is_allowed(
+    remotes: RemoteAgentServer,
+) -> None:
+    """Private, loopback and link-local addresses need `ORRERY_A2A_REMOTE_ALLOW_NETWORKS`."""
+    env = {**env_for(remotes), "ORRERY_A2A_REMOTE_ALLOW_NETWORKS": ""}
+    assert (await refusal(RemoteSettings.from_env(env), "echo")).reason == "address_refused"
+    assert remotes.recorder.seen == []
+
+
+async def test_a_pinned_card_key_must_have_signed_the_card(remotes: RemoteAgentServer) -> None:
+    """`_CARD_KEYS` naming the echo card's signing key passes; another key refuses the card."""
+    pinned = settings_for(remotes, {"ORRERY_A2A_REMOTE_ECHO_CARD_KEYS": remotes.echo_key})
+    remote, _ = agents(pinned)
+    assert await remote.call("echo", "hi", principal_key=KEY) == "echo: hi"
+    other = settings_for(remotes, {"ORRERY_A2A_REMOTE_ECHO_CARD_KEYS": "A" * 43})
+    assert (await refusal(other, "echo")).reason == "card_signature_invalid"
+
+
+async def test_an_unsigned_card_cannot_satisfy_a_pinned_key(remotes: RemoteAgentServer) -> None:
+    """A pinned key makes a signature required: the unsigned `pictures` card is refused."""
+    pinned = settings_for(remotes, {"ORRERY_A2A_REMOTE_PICTURES_CARD_KEYS": remotes.echo_key})
+    assert (await refusal(pinned, "pictures")).reason == "card_signature_invalid"
+
+
+async def test_the_card_is_fetched_once_and_pinned(remotes: RemoteAgentServer) -> None:
+    """Two calls, one card fetch: a card changed after the first call cannot redirect calls."""
+    remote, _ = agents(settings_for(remotes))
+    await remote.call("echo", "one", principal_key=KEY)
+    await remote.call("echo", "two", principal_key=KEY)
+    assert len(remotes.headers("/echo/card")) == 1
+    assert len(remotes.headers("/echo/a2a")) == 2
+
+
+async def test_calls_per_principal_are_capped(remotes: RemoteAgentServer) -> None:
+    """Over `_MAX_CALLS_PER_PRINCIPAL` at once is `busy`; another principal is not affected."""
+    remote, _ = agents(settings_for(remotes, {"ORRERY_A2A_REMOTE_MAX_CALLS_PER_PRINCIPAL": "1"}))
+    first = asyncio.create_task(remote.call("echo", "one", principal_key=KEY))
+    await asyncio.sleep(0)  # the first call holds its slot from its first step
+    with pytest.raises(RemoteAgentError) as caught:
+        await remote.call("echo", "two", principal_key=KEY)
+    assert caught.value.reason == "busy"
+    assert await remote.call("echo", "three", principal_key="delegated:bob") == "echo: three"
+    assert await first == "echo: one"
