@@ -11,7 +11,7 @@ prefix with its card at `/<name>/card` and its JSON-RPC endpoint at `/<name>/a2a
   default byte cap;
 * `moved` answers its card URL with a redirect to the echo card;
 * `boomerang` calls back, with this project's own remote-agent tool, the agent named `origin` in
-  `callback` settings (an Orrery edge), and answers what became of that call.
+  the settings given to `call_back_to` (an Orrery edge), and answers what became of that call.
 
 `seen` records every request's headers (lower-cased), to check the hop header and the token.
 """
@@ -61,9 +61,9 @@ def _text(context: RequestContext) -> str:
 class Behaviour(AgentExecutor):
     """What one remote agent answers (see the module docstring)."""
 
-    def __init__(self, name: str, callback: RemoteAgents | None) -> None:
+    def __init__(self, name: str, server: RemoteAgentServer) -> None:
         self.name = name
-        self.callback = callback
+        self.server = server
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         text = _text(context)
@@ -93,9 +93,10 @@ class Behaviour(AgentExecutor):
         await event_queue.enqueue_event(reply)
 
     async def _call_back(self, text: str) -> str:
-        assert self.callback is not None
+        callback = self.server.callback
+        assert callback is not None, "the boomerang's callback is not configured"
         try:
-            answer = await self.callback.call("origin", text, principal_key="boomerang")
+            answer = await callback.call("origin", text, principal_key="boomerang")
         except RemoteAgentError as exc:
             return f"callback refused: {exc.reason} {exc.remote_reason}"
         return f"callback answered: {answer}"
@@ -142,7 +143,7 @@ def card(base: str, name: str) -> pb.AgentCard:
 class RemoteAgentServer:
     """The server (see the module docstring); `close()` stops it."""
 
-    def __init__(self, key_dir: Path, callback: RemoteSettings | None = None) -> None:
+    def __init__(self, key_dir: Path) -> None:
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.base = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         key_path = key_dir / "echo-card-key.pem"
@@ -156,16 +157,14 @@ class RemoteAgentServer:
         key = load_key(key_path)
         self.echo_key = key.kid
         signer = CardSigner([key], f"{self.base}/echo/jwks.json")
-        self.callback = (
-            RemoteAgents(callback, RemoteMetrics(CollectorRegistry())) if callback else None
-        )
+        self.callback: RemoteAgents | None = None
         routes: list[Any] = []
         for name in AGENTS:
             agent_card = card(self.base, name)
             if name == "echo":
                 agent_card = signer.sign(agent_card)
             handler = DefaultRequestHandler(
-                agent_executor=Behaviour(name, self.callback),
+                agent_executor=Behaviour(name, self),
                 task_store=InMemoryTaskStore(),
                 agent_card=agent_card,
             )
@@ -196,6 +195,10 @@ class RemoteAgentServer:
         while not self._server.started:
             await asyncio.sleep(0.01)
 
+    def call_back_to(self, settings: RemoteSettings) -> None:
+        """Where the boomerang agent calls back: the agent `origin` of `settings`."""
+        self.callback = RemoteAgents(settings, RemoteMetrics(CollectorRegistry()))
+
     def url(self, name: str) -> str:
         """The card URL of agent `name`."""
         return f"{self.base}/{name}/card"
@@ -212,10 +215,8 @@ class RemoteAgentServer:
 
 
 @contextlib.contextmanager
-def remote_agents(
-    key_dir: Path, callback: RemoteSettings | None = None
-) -> Iterator[RemoteAgentServer]:
-    server = RemoteAgentServer(key_dir, callback)
+def remote_agents(key_dir: Path) -> Iterator[RemoteAgentServer]:
+    server = RemoteAgentServer(key_dir)
     try:
         yield server
     finally:
