@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from adapter import sdk_tracing
 from adapter.app import PROBES, LoopDiagnostics, bind, make_app, start
 from adapter.errors import GatewayLoadError
-from adapter.gateway import gateway_factory, gateway_problems
+from adapter.gateway import gateway_problems
 from adapter.settings import AdapterSettings
 from runtime import logs
 from runtime.addresses import format_address
@@ -67,22 +67,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def check(env: Mapping[str, str]) -> list[str]:
-    """Every problem a start would meet before serving: the settings, the gateway's
-    `module:factory` (imported, not built: building may open connections) and the gateway's
-    own settings (its module's `check_environment`)."""
-    problems: list[str] = []
+    """Every problem a start would meet before serving: the settings, and the gateway's
+    `module:factory` with its own `check` (imported, not built: building may open connections)."""
     try:
         settings = AdapterSettings.from_env(env)
     except ConfigError as exc:
-        problems += exc.problems
-    else:
-        try:
-            gateway_factory(settings.gateway)
-        except GatewayLoadError as exc:
-            problems.append(str(exc))
-        else:
-            problems += gateway_problems(settings.gateway, env)
-    return problems
+        return exc.problems
+    return gateway_problems(settings.gateway, env)
 
 
 async def serve(settings: AdapterSettings) -> None:

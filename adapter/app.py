@@ -28,7 +28,7 @@ from adapter.card import JsonDocument, extended_card, public_card
 from adapter.card_signing import JWKS_PATH, CardSigner
 from adapter.dispatch import Dispatcher
 from adapter.executor import GatewayExecutor, TaskContextBuilder
-from adapter.gateway import AgentGateway, GatewayContext, load_gateway
+from adapter.gateway import AgentGateway, GatewayContext, close_gateway, load_gateway
 from adapter.handler import RequestHandler
 from adapter.limits import IN_FLIGHT, SUBSCRIPTIONS, Cap, Limiter, MemoryLimiter, RedisLimiter
 from adapter.metrics import CONTENT_TYPE, Metrics
@@ -100,7 +100,11 @@ async def make_app(
             settings.gateway,
             GatewayContext(stores.confirmations, settings.approval_ttl, env, metrics.registry),
         )
-        _check_replicas(settings, gateway)
+        try:
+            _check_replicas(settings, gateway)
+        except BaseException:
+            await close_gateway(gateway)
+            raise
     except BaseException:
         await limiters.close()
         await stores.close()
@@ -231,6 +235,7 @@ def _assemble(
         await drain.close()
         await recovery.close()
         await _close_handler(handler)
+        await close_gateway(gateway)
         await limiters.close()
         await stores.close()
 

@@ -10,9 +10,11 @@ the action the person was shown: a `Proposal` carries the `action_digest` of the
 `mismatch` (nothing consumed, nothing may run) when the plan changed in between.
 
 `ORRERY_A2A_GATEWAY=module:factory` loads another implementation: `factory(GatewayContext)` returns
-the gateway (or an awaitable of it). The default is `gateways.demo:create`. A gateway module may
-also define `check_environment(env) -> Sequence[str]`: the problems its own settings have, which
-`python -m adapter check` (and so `orrery-a2a check`) reports beside the adapter's.
+the gateway (or an awaitable of it). The default is `gateways.demo:create`. Two optional
+members complete the seam: the factory's module may define `check(env) -> list[str]` (what
+`python -m adapter check` adds to its report: a missing extra, a bad setting of the gateway's
+own), and the gateway may define `async aclose()` (called once when the adapter stops, after the
+last turn: connections it opened close).
 
 The confirmation store's contract and rows (`ConfirmationStore`, `Confirmation`, `Proposal`, the
 decision and gate outcomes) are defined with the other store contracts in `stores/protocols.py`
@@ -62,6 +64,7 @@ __all__ = [
     "Status",
     "Turn",
     "action_digest",
+    "close_gateway",
     "gateway_problems",
     "load_gateway",
     "redact",
@@ -195,11 +198,22 @@ def gateway_factory(spec: str | None) -> Callable[[GatewayContext], Any]:
 
 
 def gateway_problems(spec: str | None, env: Mapping[str, str]) -> list[str]:
-    """The problems the gateway module's own `check_environment(env)` reports (none without
-    one); what `python -m adapter check` adds to the adapter's."""
-    module = importlib.import_module((spec or DEFAULT_GATEWAY).partition(":")[0])
-    check = getattr(module, "check_environment", None)
+    """What `python -m adapter check` reports of the gateway: the factory must import, and the
+    `check(env)` its module may define finds the rest (without building the gateway: building may
+    open connections)."""
+    try:
+        factory = gateway_factory(spec)
+    except GatewayLoadError as exc:
+        return [str(exc)]
+    check = getattr(importlib.import_module(factory.__module__), "check", None)
     return list(check(env)) if callable(check) else []
+
+
+async def close_gateway(gateway: AgentGateway) -> None:
+    """Let a gateway that opened connections close them (`aclose`, optional)."""
+    close = getattr(gateway, "aclose", None)
+    if close is not None:
+        await close()
 
 
 async def load_gateway(spec: str | None, context: GatewayContext) -> AgentGateway:

@@ -279,7 +279,7 @@ def _guarded_refusal(principal: Principal, what: str) -> Reply | None:
     return None
 
 
-def check_environment(env: Mapping[str, str]) -> list[str]:
+def check(env: Mapping[str, str]) -> list[str]:
     """The problems of the demo gateway's own settings (its remote agents), for `check`."""
     try:
         RemoteSettings.from_env(env)

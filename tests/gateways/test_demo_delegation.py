@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from adapter.gateway import GatewayContext, Pending, Reply, Turn
 from adapter.stores.memory import MemoryConfirmationStore
 from contract.identity import Principal
-from gateways.demo import REMOTE_TOOL, DemoGateway, check_environment, create
+from gateways.demo import REMOTE_TOOL, DemoGateway, check, create
 from tests.gateways.conftest import env_for
 from tests.gateways.remotes import RemoteAgentServer
 
@@ -145,8 +145,8 @@ async def test_a_failed_call_is_a_refusal_with_its_reason(remotes: RemoteAgentSe
 
 
 def test_bad_remote_settings_are_reported_by_check() -> None:
-    """`check_environment` names each bad variable (what `python -m adapter check` prints)."""
-    problems = check_environment(
+    """The module's `check` names each bad variable (what `python -m adapter check` prints)."""
+    problems = check(
         {
             "ORRERY_A2A_REMOTE_AGENTS": "Bad Name=https://x.example/card",
             "ORRERY_A2A_REMOTE_ALLOW_NETWORKS": "not-a-cidr",
@@ -160,7 +160,5 @@ def test_bad_remote_settings_are_reported_by_check() -> None:
 
 def test_http_outside_loopback_is_refused_at_start() -> None:
     """A card URL must be https unless it is on a loopback address."""
-    (problem,) = check_environment(
-        {"ORRERY_A2A_REMOTE_AGENTS": "billing=http://billing.example.com/card"}
-    )
+    (problem,) = check({"ORRERY_A2A_REMOTE_AGENTS": "billing=http://billing.example.com/card"})
     assert "https is required outside loopback" in problem
