@@ -5,9 +5,12 @@ A remote agent gets a token for its own audience, from one of three configured s
 * none: no `Authorization` header (a public agent);
 * a file (`_TOKEN_FILE`, a mounted Secret that a sidecar or the platform rotates): re-read when
   its modification time, size or inode changes, so a rotated token is used from the next call;
-* an OAuth 2.0 token endpoint (`_TOKEN_URL`): the client credentials grant (RFC 6749 §4.4),
-  authenticated with `_CLIENT_ID` and the secret in `_CLIENT_SECRET_FILE` (HTTP Basic), for
-  `_AUDIENCE`/`_SCOPE`; the token is kept until 30 s before its `expires_in`.
+* an OAuth 2.0 token endpoint (`_TOKEN_URL`), authenticated with `_CLIENT_ID` and the secret in
+  `_CLIENT_SECRET_FILE` (HTTP Basic), for `_AUDIENCE`/`_SCOPE`: the client credentials grant
+  (RFC 6749 §4.4), or token exchange (RFC 8693 §2.1): the subject token from its file, and this
+  platform's own token as `actor_token`, so the issued token names the platform in `act` (§4.1)
+  — the inbound caller's token is never a subject or an actor. A token is kept until 30 s
+  before its `expires_in`; the next one is asked with the files as they are then.
 
 The endpoint is reached through the same guarded transport as the agent (its own origin, the same
 address rules, no redirects, bounded body). No token or secret ever reaches a log or an error text.
@@ -68,8 +71,12 @@ class FileToken:
         return self._value
 
 
-class ClientCredentialsToken:
-    """Tokens from an OAuth endpoint (client credentials), kept until shortly before expiry."""
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"  # noqa: S105 - a grant name
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105 - a type name
+
+
+class EndpointToken:
+    """Tokens from an OAuth token endpoint, kept until shortly before they expire."""
 
     def __init__(
         self,
@@ -80,6 +87,16 @@ class ClientCredentialsToken:
         self._endpoint = endpoint
         self._settings = settings
         self._secret = FileToken(endpoint.client_secret_file, "client secret file")
+        self._subject = (
+            FileToken(endpoint.subject_token_file, "subject token file")
+            if endpoint.subject_token_file
+            else None
+        )
+        self._actor = (
+            FileToken(endpoint.actor_token_file, "actor token file")
+            if endpoint.actor_token_file
+            else None
+        )
         self._clock = clock
         self._lock = asyncio.Lock()
         self._value: str | None = None
@@ -92,12 +109,28 @@ class ClientCredentialsToken:
                 self._until = self._clock() + max(lifetime - EXPIRY_MARGIN, 0.0)
             return self._value
 
-    async def _fetch(self) -> tuple[str, float]:
-        form = {"grant_type": "client_credentials"}
+    async def _form(self) -> dict[str, str]:
+        """The grant's form fields (the files read now: a rotated one is used at once)."""
+        if self._subject is None:
+            form = {"grant_type": "client_credentials"}
+        else:
+            form = {
+                "grant_type": TOKEN_EXCHANGE,
+                "subject_token": await asyncio.to_thread(self._subject.read),
+                "subject_token_type": ACCESS_TOKEN_TYPE,
+                "requested_token_type": ACCESS_TOKEN_TYPE,
+            }
+            if self._actor is not None:
+                form["actor_token"] = await asyncio.to_thread(self._actor.read)
+                form["actor_token_type"] = ACCESS_TOKEN_TYPE
         if self._endpoint.audience:
             form["audience"] = self._endpoint.audience
         if self._endpoint.scope:
             form["scope"] = self._endpoint.scope
+        return form
+
+    async def _fetch(self) -> tuple[str, float]:
+        form = await self._form()
         secret = await asyncio.to_thread(self._secret.read)
         transport = GuardedTransport(
             self._endpoint.url, self._settings.allow_networks, self._settings.max_body_bytes
@@ -132,5 +165,5 @@ def token_source(agent: RemoteAgent, settings: RemoteSettings) -> TokenSource:
     if agent.token_file is not None:
         return FileToken(agent.token_file)
     if agent.token_endpoint is not None:
-        return ClientCredentialsToken(agent.token_endpoint, settings)
+        return EndpointToken(agent.token_endpoint, settings)
     return NoToken()

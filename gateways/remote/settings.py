@@ -7,7 +7,10 @@ Each agent's own settings are variables named after it (`billing` → `ORRERY_A2
 
 * `_TOKEN_FILE`: the outbound bearer token, read from this file (re-read when it changes), or
 * `_TOKEN_URL` + `_CLIENT_ID` + `_CLIENT_SECRET_FILE` (+ `_AUDIENCE`, `_SCOPE`): an OAuth token
-  endpoint, client credentials grant; none of them: no `Authorization` header at all;
+  endpoint, with `_GRANT=client_credentials` (the default) or `_GRANT=token_exchange` (RFC 8693:
+  the token in `_SUBJECT_TOKEN_FILE` exchanged for one for the remote's audience, with this
+  platform's own token in `_ACTOR_TOKEN_FILE` as the actor, so the issued token carries `act`);
+  none of them: no `Authorization` header at all;
 * `_CARD_KEYS`: JWK thumbprints (RFC 7638) of which one must have signed the card; without it a
   signed card is still verified, an unsigned one accepted.
 
@@ -33,19 +36,23 @@ AGENTS_VARIABLE = "ORRERY_A2A_REMOTE_AGENTS"
 PREFIX = "ORRERY_A2A_REMOTE_"
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")
 _THUMBPRINT = re.compile(r"[A-Za-z0-9_-]{43}")
+GRANTS = ("client_credentials", "token_exchange")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 @dataclass(frozen=True, slots=True)
 class TokenEndpoint:
-    """An OAuth 2.0 token endpoint the client credentials grant is asked at."""
+    """An OAuth 2.0 token endpoint and the grant asked there (`GRANTS`)."""
 
     url: str
     client_id: str
     client_secret_file: Path
     audience: str | None
     scope: str | None
+    grant: str = "client_credentials"
+    subject_token_file: Path | None = None
+    actor_token_file: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +109,9 @@ def variable(name: str, suffix: str) -> str:
     return f"{PREFIX}{name.upper().replace('-', '_')}_{suffix}"
 
 
-def card_url(text: str) -> str:
-    """A card URL: https, or http on a loopback host; no user info, query or fragment."""
+def remote_url(text: str) -> str:
+    """A card or token endpoint URL: https, or http on a loopback host; no user info, query or
+    fragment."""
     parts = urlsplit(text)
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise ValueError(f"{text!r} is not an http(s) URL")
@@ -128,7 +136,7 @@ def _pairs(text: str) -> dict[str, str]:
             )
         if name in pairs:
             raise ValueError(f"{name!r} is listed twice")
-        pairs[name] = card_url(url.strip())
+        pairs[name] = remote_url(url.strip())
     return pairs
 
 
@@ -158,14 +166,23 @@ def _agent(reader: EnvReader, name: str, url: str) -> RemoteAgent:
             variable(name, "TOKEN_URL"), f"set only one of it and {variable(name, 'TOKEN_FILE')}"
         )
     elif token_url:
+        grant = reader.string(variable(name, "GRANT"), "client_credentials")
+        if grant not in GRANTS:
+            reader.problem(variable(name, "GRANT"), f"expected one of {', '.join(GRANTS)}")
+        exchange = grant == "token_exchange"
+        subject = reader.string(variable(name, "SUBJECT_TOKEN_FILE"), required=exchange)
+        actor = reader.raw(variable(name, "ACTOR_TOKEN_FILE"))
         endpoint = TokenEndpoint(
-            url=reader.parsed(variable(name, "TOKEN_URL"), "", card_url, ""),
+            url=reader.parsed(variable(name, "TOKEN_URL"), "", remote_url, ""),
             client_id=reader.string(variable(name, "CLIENT_ID"), required=True),
             client_secret_file=Path(
                 reader.string(variable(name, "CLIENT_SECRET_FILE"), required=True)
             ),
             audience=reader.raw(variable(name, "AUDIENCE")) or None,
             scope=reader.raw(variable(name, "SCOPE")) or None,
+            grant=grant,
+            subject_token_file=Path(subject) if exchange and subject else None,
+            actor_token_file=Path(actor) if exchange and actor else None,
         )
     return RemoteAgent(
         name=name,

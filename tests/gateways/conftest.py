@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gateways.remote.settings import RemoteSettings
-from tests.gateways.remotes import AGENTS, RemoteAgentServer, remote_agents
+from tests.gateways.remotes import AGENTS, CARDS_ONLY, RemoteAgentServer, remote_agents
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def remotes(tmp_path: Path) -> Iterator[RemoteAgentServer]:
 
 def env_for(server: RemoteAgentServer, **extra: str) -> dict[str, str]:
     """Every agent of `server` allowlisted under its own name, loopback allowed."""
-    names = (*AGENTS, "moved")
+    names = (*AGENTS, *CARDS_ONLY)
     return {
         "ORRERY_A2A_REMOTE_AGENTS": ",".join(f"{name}={server.url(name)}" for name in names),
         "ORRERY_A2A_REMOTE_ALLOW_NETWORKS": "127.0.0.0/8",

@@ -7,9 +7,12 @@ prefix with its card at `/<name>/card` and its JSON-RPC endpoint at `/<name>/a2a
 
 * `echo` answers `echo: <text>`; its card is signed like this edge's own (`CardSigner`, key set
   at `/echo/jwks.json`), so `ECHO_KEY` is its thumbprint;
+* `slow` answers only once `release` is set (or the server stops);
 * `pictures` answers a data part, `chatty` text over the message limit, `huge` a body over the
   default byte cap;
-* `moved` answers its card URL with a redirect to the echo card;
+* `moved` answers its card URL with a redirect to the echo card; `forged` serves the echo card
+  with its description changed after signing; `elsewhere` a card whose interface is on another
+  origin;
 * `boomerang` calls back, with this project's own remote-agent tool, the agent named `origin` in
   the settings given to `call_back_to` (an Orrery edge), and answers what became of that call.
 
@@ -36,6 +39,7 @@ from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore
 from a2a.types import a2a_pb2 as pb
 from cryptography.hazmat.primitives import serialization
+from google.protobuf.json_format import MessageToDict
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -82,6 +86,9 @@ class Behaviour(AgentExecutor):
             reply = new_text_message(
                 "x" * 300_000, context_id=context.context_id, task_id=context.task_id
             )
+        elif self.name == "slow":
+            await asyncio.to_thread(self.server.release.wait, START_TIMEOUT)
+            reply = new_text_message("late", context_id=context.context_id, task_id=context.task_id)
         elif self.name == "boomerang":
             reply = new_text_message(
                 await self._call_back(text), context_id=context.context_id, task_id=context.task_id
@@ -105,7 +112,9 @@ class Behaviour(AgentExecutor):
         raise NotImplementedError
 
 
-AGENTS = ("echo", "pictures", "chatty", "huge", "boomerang")
+AGENTS = ("echo", "slow", "pictures", "chatty", "huge", "boomerang")
+# Cards only: no agent answers behind them.
+CARDS_ONLY = ("moved", "forged", "elsewhere")
 
 
 @dataclass
@@ -158,11 +167,14 @@ class RemoteAgentServer:
         self.echo_key = key.kid
         signer = CardSigner([key], f"{self.base}/echo/jwks.json")
         self.callback: RemoteAgents | None = None
+        self.release = threading.Event()
         routes: list[Any] = []
+        signed: dict[str, Any] = {}
         for name in AGENTS:
             agent_card = card(self.base, name)
             if name == "echo":
                 agent_card = signer.sign(agent_card)
+                signed = MessageToDict(agent_card)
             handler = DefaultRequestHandler(
                 agent_executor=Behaviour(name, self),
                 task_store=InMemoryTaskStore(),
@@ -177,7 +189,19 @@ class RemoteAgentServer:
         async def moved(request: Request) -> RedirectResponse:
             return RedirectResponse(f"{self.base}/echo/card", status_code=302)
 
-        routes += [Route("/echo/jwks.json", jwks), Route("/moved/card", moved)]
+        async def forged(request: Request) -> JSONResponse:
+            return JSONResponse({**signed, "description": "a card someone changed"})
+
+        async def elsewhere(request: Request) -> JSONResponse:
+            document = MessageToDict(card("https://elsewhere.example", "echo"))
+            return JSONResponse(document)
+
+        routes += [
+            Route("/echo/jwks.json", jwks),
+            Route("/moved/card", moved),
+            Route("/forged/card", forged),
+            Route("/elsewhere/card", elsewhere),
+        ]
         self.recorder = Recorder(Starlette(routes=routes))
         config = uvicorn.Config(
             self.recorder, log_level="warning", access_log=False, lifespan="off"
@@ -208,6 +232,7 @@ class RemoteAgentServer:
         return [headers for path, headers in self.recorder.seen if path.startswith(prefix)]
 
     def close(self) -> None:
+        self.release.set()
         self._server.should_exit = True
         self._thread.join(START_TIMEOUT)
         with contextlib.suppress(OSError):

@@ -137,6 +137,19 @@ async def test_a_pinned_card_key_must_have_signed_the_card(remotes: RemoteAgentS
     assert (await refusal(other, "echo")).reason == "card_signature_invalid"
 
 
+async def test_a_card_changed_after_signing_is_refused(remotes: RemoteAgentServer) -> None:
+    """The echo card's signature over a changed description verifies with no key."""
+    assert (await refusal(settings_for(remotes), "forged")).reason == "card_signature_invalid"
+    assert remotes.headers("/echo/a2a") == []
+
+
+async def test_a_card_that_sends_calls_to_another_origin_is_refused(
+    remotes: RemoteAgentServer,
+) -> None:
+    """The JSON-RPC interface must be on the card URL's own origin."""
+    assert (await refusal(settings_for(remotes), "elsewhere")).reason == "insecure_url"
+
+
 async def test_an_unsigned_card_cannot_satisfy_a_pinned_key(remotes: RemoteAgentServer) -> None:
     """A pinned key makes a signature required: the unsigned `pictures` card is refused."""
     pinned = settings_for(remotes, {"ORRERY_A2A_REMOTE_PICTURES_CARD_KEYS": remotes.echo_key})
@@ -162,3 +175,18 @@ async def test_calls_per_principal_are_capped(remotes: RemoteAgentServer) -> Non
     assert caught.value.reason == "busy"
     assert await remote.call("echo", "three", principal_key="delegated:bob") == "echo: three"
     assert await first == "echo: one"
+
+
+async def test_a_remote_that_does_not_answer_in_time_is_a_timeout(
+    remotes: RemoteAgentServer,
+) -> None:
+    """The whole call is bounded by `ORRERY_A2A_REMOTE_TIMEOUT`; the slot is freed after it."""
+    settings = settings_for(
+        remotes,
+        {"ORRERY_A2A_REMOTE_TIMEOUT": "500ms", "ORRERY_A2A_REMOTE_MAX_CALLS_PER_PRINCIPAL": "1"},
+    )
+    remote, _ = agents(settings)
+    with pytest.raises(RemoteAgentError) as caught:
+        await remote.call("slow", "hi", principal_key=KEY)
+    assert caught.value.reason == "timeout"
+    assert await remote.call("echo", "next", principal_key=KEY) == "echo: next"
