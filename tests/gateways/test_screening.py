@@ -17,7 +17,7 @@ def message(*parts: pb.Part) -> pb.StreamResponse:
     return pb.StreamResponse(message=pb.Message(role=pb.Role.ROLE_AGENT, parts=list(parts)))
 
 
-def task(state: int, *parts: pb.Part) -> pb.StreamResponse:
+def task(state: pb.TaskState, *parts: pb.Part) -> pb.StreamResponse:
     artifact = pb.Artifact(artifact_id="a", parts=list(parts))
     status = pb.TaskStatus(state=state)
     return pb.StreamResponse(task=pb.Task(id="t", status=status, artifacts=[artifact]))
@@ -45,7 +45,7 @@ def test_a_completed_task_gives_its_artifact_text() -> None:
         (pb.TaskState.TASK_STATE_WORKING, "remote_failed"),
     ],
 )
-def test_a_task_that_did_not_complete_is_an_error(state: int, reason: str) -> None:
+def test_a_task_that_did_not_complete_is_an_error(state: pb.TaskState, reason: str) -> None:
     """Only a completed task (or a message) is an answer."""
     with pytest.raises(RemoteAgentError) as caught:
         reply_text(task(state, pb.Part(text="partial")))
