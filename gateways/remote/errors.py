@@ -19,7 +19,6 @@ REASONS: Final = frozenset(
         "card_unavailable",  # the card (or its key set) could not be fetched
         "card_invalid",  # not an A2A 1.0 card with a JSON-RPC interface on the card's origin
         "card_signature_invalid",  # a signature that does not verify, or none where one is pinned
-        "card_changed",  # a re-fetched card differs from the one pinned at the first fetch
         "credentials_unavailable",  # no outbound token could be read or obtained
         "busy",  # the principal already has as many remote calls running as allowed
         "timeout",  # the remote did not answer in time

@@ -134,7 +134,7 @@ class _CappedStream(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         seen = 0
-        async for chunk in self._response.stream:  # type: ignore[union-attr]
+        async for chunk in self._response.aiter_raw():
             seen += len(chunk)
             if seen > self._cap:
                 raise RemoteAgentError(
@@ -149,7 +149,7 @@ class _CappedStream(httpx.AsyncByteStream):
 async def _read_prefix(response: httpx.Response, cap: int) -> bytes:
     """At most `cap` bytes of an error body: enough for an edge's reason code."""
     body = b""
-    async for chunk in response.stream:  # type: ignore[union-attr]
+    async for chunk in response.aiter_raw():
         body += chunk
         if len(body) >= cap:
             break
