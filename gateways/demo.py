@@ -1,15 +1,15 @@
 """The embedded demo gateway: deterministic, no model, so the product runs on a fresh machine.
 
-Two specialists over a small built-in view of service health:
+Two specialists over a small built-in view of service health, and a third with remote agents:
 
 * `investigator` (any autonomy): answers questions about a service's health from the table below.
 * `change-planner`: proposes changes. `annotate` (an unguarded L2 action) runs at once for L2+;
   `restart` / `rollback` / `scale` are guarded L3 actions that always need a human approval, and
   are refused outright for a service principal (pinned to L2) and for anyone below L3 — so a
   service principal never reaches input-required.
-
-* `delegator`: hands a question to a remote A2A agent on the allowlist
-  (`ORRERY_A2A_REMOTE_AGENTS`, see `gateways/remote/`): `ask <agent>: <question>`. Delegation is
+* `delegator` (listed only when remote agents are configured): hands a question to a remote A2A
+  agent on the allowlist (`ORRERY_A2A_REMOTE_AGENTS`, see `gateways/remote/`):
+  `ask <agent>: <question>`. Delegation is
   counted as destructive: each call is a guarded (L3) action the delegating person approves, used
   once, never open to a service principal; the reply comes back screened and framed as untrusted
   tool output, a failed call as a refusal with its reason code.
@@ -88,15 +88,19 @@ SPECIALISTS: tuple[Specialist, ...] = (
         routing_hint="requests to restart, roll back, scale or annotate a service",
         examples=("Restart checkout", "Annotate payments: investigating latency"),
     ),
-    Specialist(
-        name="delegator",
-        description=(
-            "Asks a remote A2A agent from the operator's allowlist. Each call is guarded (L3) "
-            "and runs only after the delegating person approves it; the reply is untrusted."
-        ),
-        routing_hint="'ask <remote agent>: <question>'",
-        examples=("ask billing: what did checkout cost last week?",),
+)
+
+
+# Listed (so on the extended card) only when remote agents are configured: the card never offers
+# what this gateway cannot do.
+DELEGATOR = Specialist(
+    name="delegator",
+    description=(
+        "Asks a remote A2A agent from the operator's allowlist. Each call is guarded (L3) "
+        "and runs only after the delegating person approves it; the reply is untrusted."
     ),
+    routing_hint="'ask <remote agent>: <question>'",
+    examples=("ask billing: what did checkout cost last week?",),
 )
 
 
@@ -123,7 +127,7 @@ class DemoGateway:
         return self._confirmations
 
     async def inventory(self) -> Sequence[Specialist]:
-        return SPECIALISTS
+        return SPECIALISTS if self._remote is None else (*SPECIALISTS, DELEGATOR)
 
     async def run_in_session(self, turn: Turn) -> Reply | Pending:
         if turn.resume_action_id is not None:

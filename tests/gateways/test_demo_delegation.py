@@ -162,3 +162,17 @@ def test_http_outside_loopback_is_refused_at_start() -> None:
     """A card URL must be https unless it is on a loopback address."""
     (problem,) = check({"ORRERY_A2A_REMOTE_AGENTS": "billing=http://billing.example.com/card"})
     assert "https is required outside loopback" in problem
+
+
+async def test_the_delegator_is_listed_only_with_remote_agents(
+    remotes: RemoteAgentServer,
+) -> None:
+    """The extended card offers delegation only where the allowlist is not empty."""
+    demo, _ = gateway(remotes)
+    assert [item.name for item in await demo.inventory()] == [
+        "investigator",
+        "change-planner",
+        "delegator",
+    ]
+    plain = create(GatewayContext(MemoryConfirmationStore(), 900.0, {}, CollectorRegistry()))
+    assert [item.name for item in await plain.inventory()] == ["investigator", "change-planner"]
