@@ -4,9 +4,10 @@ An httpx transport, so no code path of the a2a-sdk client or ours can skip it:
 
 * the request's origin must be the one this transport was made for (the card's, or the token
   endpoint's): a card cannot send the call, or its key set fetch, anywhere else;
-* every address the host resolves to, and then the peer actually connected to, must be public,
-  unless it lies in `ORRERY_A2A_REMOTE_ALLOW_NETWORKS` (a name that resolves to a private address
-  is refused, and one that changes its answer between the check and the connect is caught);
+* every address the host resolves to must be public, unless it lies in
+  `ORRERY_A2A_REMOTE_ALLOW_NETWORKS`, and the connection goes to the address checked (so a name
+  that changes its answer between the check and the connect cannot move it); the peer actually
+  connected to is checked again;
 * every request carries `x-orrery-hop`, so a receiving Orrery edge refuses it (508
   `loop_detected`) and two platforms cannot loop at model cost;
 * a 3xx is refused (redirects are never followed), a 4xx/5xx becomes `remote_refused` with the
@@ -67,8 +68,12 @@ class GuardedTransport(httpx.AsyncBaseTransport):
             raise RemoteAgentError(
                 "insecure_url", "the remote agent named another origin than its card's"
             )
-        _, host, port = self._origin
-        await self._check_resolved(host, port)
+        scheme, host, port = self._origin
+        # Connect to the address just checked, not to whatever the name resolves to next: the
+        # Host header keeps the name, and TLS verifies the certificate for it (SNI).
+        request.url = request.url.copy_with(host=await self._checked_address(host, port))
+        if scheme == "https":
+            request.extensions = {**request.extensions, "sni_hostname": host}
         request.headers[HOP_HEADER] = HOP_VALUE
         response = await self._inner.handle_async_request(request)
         try:
@@ -109,7 +114,8 @@ class GuardedTransport(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         await self._inner.aclose()
 
-    async def _check_resolved(self, host: str, port: int) -> None:
+    async def _checked_address(self, host: str, port: int) -> str:
+        """The first address `host` resolves to, once every one of them is allowed."""
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(
                 host, port, type=socket.SOCK_STREAM
@@ -118,13 +124,14 @@ class GuardedTransport(httpx.AsyncBaseTransport):
             raise RemoteAgentError(
                 "remote_error", "the remote agent's host name does not resolve"
             ) from None
-        for info in infos:
-            if not address_allowed(str(info[4][0]), self._allow):
-                raise RemoteAgentError(
-                    "address_refused",
-                    "the remote agent's host resolves to a private, loopback or link-local "
-                    "address that ORRERY_A2A_REMOTE_ALLOW_NETWORKS does not allow",
-                )
+        addresses = [str(info[4][0]) for info in infos]
+        if not addresses or not all(address_allowed(a, self._allow) for a in addresses):
+            raise RemoteAgentError(
+                "address_refused",
+                "the remote agent's host resolves to a private, loopback or link-local "
+                "address that ORRERY_A2A_REMOTE_ALLOW_NETWORKS does not allow",
+            )
+        return addresses[0]
 
 
 class _CappedStream(httpx.AsyncByteStream):
