@@ -73,6 +73,7 @@ class RemoteAgents:
                 logging.INFO if outcome == "ok" else logging.WARNING,
                 agent=label,
                 outcome=outcome,
+                principal=principal_key,
                 seconds=round(seconds, 3),
             )
 

@@ -4,6 +4,7 @@ a2a-sdk's own server (tests/gateways/remotes.py). Every refusal has its reason c
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,26 @@ async def test_every_request_of_a_call_carries_the_hop_header(remotes: RemoteAge
     seen = remotes.headers("/echo/")
     assert {len(seen)} == {3}  # card, jwks, SendMessage
     assert all(headers["x-orrery-hop"] == "1" for headers in seen)
+
+
+async def test_each_call_logs_one_event_without_the_token_or_the_text(
+    remotes: RemoteAgentServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`remote_call {agent, outcome, principal, seconds}`: never the token, message or reply."""
+    token = tmp_path / "echo.token"
+    token.write_text("secret-outbound-token", encoding="utf-8")
+    remote, _ = agents(settings_for(remotes, {"ORRERY_A2A_REMOTE_ECHO_TOKEN_FILE": str(token)}))
+    caplog.set_level(logging.INFO, logger="gateways.remote")
+    await remote.call("echo", "private question", principal_key=KEY)
+    (event,) = [record for record in caplog.records if record.getMessage() == "remote_call"]
+    fields = event.orrery_fields  # type: ignore[attr-defined]  # set by runtime.logs
+    assert {k: fields[k] for k in ("agent", "outcome", "principal")} == {
+        "agent": "echo",
+        "outcome": "ok",
+        "principal": KEY,
+    }
+    assert "secret-outbound-token" not in caplog.text
+    assert "private question" not in caplog.text
 
 
 async def test_the_token_comes_from_its_file_and_a_rotation_is_used_next_call(
