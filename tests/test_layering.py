@@ -51,6 +51,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "bench/memory_bench.py": SHARED | {"authz"},
     "bench/adapter_memory.py": SHARED | {"adapter"},
     "bench/proxy_bench.py": SHARED | {"stack"},
+    "bench/outbound_bench.py": SHARED | {"gateways"},
     "bench/__main__.py": SHARED,
 }
 # Of the adapter, a gateway imports only the seam: the adapter loads gateways by name.

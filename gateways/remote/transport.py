@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import json
 import socket
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from urllib.parse import urlsplit
 
@@ -32,6 +34,13 @@ from gateways.remote.settings import Network
 
 HOP_VALUE = "1"
 _REASON_BYTES = 4096
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for the process: loading the CA bundle costs tens of milliseconds, which
+    every call would otherwise pay (bench/outbound_bench.py)."""
+    return httpx.create_ssl_context(trust_env=False)
 
 
 def origin_of(url: str) -> tuple[str, str, int]:
@@ -61,7 +70,7 @@ class GuardedTransport(httpx.AsyncBaseTransport):
         self._allow = tuple(allow_networks)
         self._cap = max_body_bytes
         # Never from the environment: no proxy, no .netrc, no other CA bundle than the default.
-        self._inner = httpx.AsyncHTTPTransport(trust_env=False, retries=0)
+        self._inner = httpx.AsyncHTTPTransport(verify=_tls(), trust_env=False, retries=0)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if origin_of(str(request.url)) != self._origin:
