@@ -25,6 +25,7 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.client.errors import A2AClientTimeoutError
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import A2AError
+from google.protobuf import json_format
 
 from gateways.remote.cards import CardPins
 from gateways.remote.credentials import TokenSource, token_source
@@ -131,7 +132,10 @@ class RemoteAgents:
                     final = event
             except A2AClientTimeoutError:
                 raise
-            except A2AError:
+            except (A2AError, json_format.Error, ValueError, TypeError):
+                # A JSON-RPC error, a failed connection, or an answer the SDK cannot read as an
+                # A2A response (it raises protobuf's ParseError, ValueError or TypeError for
+                # those): the remote failed, the turn does not.
                 raise RemoteAgentError(
                     "remote_error", "the remote agent answered an error or could not be reached"
                 ) from None

@@ -12,7 +12,7 @@ prefix with its card at `/<name>/card` and its JSON-RPC endpoint at `/<name>/a2a
   default byte cap;
 * `moved` answers its card URL with a redirect to the echo card; `forged` serves the echo card
   with its description changed after signing; `elsewhere` a card whose interface is on another
-  origin;
+  origin; `garbled` answers `SendMessage` with a result that is not an A2A response;
 * `boomerang` calls back, with this project's own remote-agent tool, the agent named `origin` in
   the settings given to `call_back_to` (an Orrery edge), and answers what became of that call.
 
@@ -113,8 +113,8 @@ class Behaviour(AgentExecutor):
 
 
 AGENTS = ("echo", "slow", "pictures", "chatty", "huge", "boomerang")
-# Cards only: no agent answers behind them.
-CARDS_ONLY = ("moved", "forged", "elsewhere")
+# Not the SDK's server: a card (and for `garbled` an answer) written by hand.
+CARDS_ONLY = ("moved", "forged", "elsewhere", "garbled")
 
 
 @dataclass
@@ -196,7 +196,17 @@ class RemoteAgentServer:
             document = MessageToDict(card("https://elsewhere.example", "echo"))
             return JSONResponse(document)
 
+        async def garbled_card(request: Request) -> JSONResponse:
+            return JSONResponse(MessageToDict(card(self.base, "garbled")))
+
+        async def garbled(request: Request) -> JSONResponse:
+            body = await request.json()
+            result = {"message": {"role": "ROLE_AGENT", "parts": [{"text": 5}]}}
+            return JSONResponse({"jsonrpc": "2.0", "id": body.get("id"), "result": result})
+
         routes += [
+            Route("/garbled/card", garbled_card),
+            Route("/garbled/a2a", garbled, methods=["POST"]),
             Route("/echo/jwks.json", jwks),
             Route("/moved/card", moved),
             Route("/forged/card", forged),

@@ -140,6 +140,11 @@ async def test_a_body_over_the_byte_cap_is_refused(remotes: RemoteAgentServer) -
     assert (await refusal(settings_for(remotes), "huge")).reason == "too_large"
 
 
+async def test_a_garbled_answer_is_an_error_not_a_crash(remotes: RemoteAgentServer) -> None:
+    """A result the SDK cannot parse as an A2A response ends the call with `remote_error`."""
+    assert (await refusal(settings_for(remotes), "garbled")).reason == "remote_error"
+
+
 async def test_a_loopback_agent_is_refused_unless_its_network_is_allowed(
     remotes: RemoteAgentServer,
 ) -> None:
