@@ -74,6 +74,8 @@ def _state_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# The ADK gateway's factory, by name: the stack never imports a gateway (the adapter loads it).
+ADK_GATEWAY = "gateways.adk:create"
 TOKEN_VARIABLE = "ORRERY_A2A_TOKEN"  # noqa: S105 - the variable's name, not a secret
 STDIN = "-"
 # A compact JWS: three base64url segments, the first a JSON object (`{"` encodes as `eyJ`). What
@@ -170,6 +172,13 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
         dest="ORRERY_A2A_ENVOY_CONFIG",
         metavar="PATH",
         help="the Envoy bootstrap to render (ORRERY_A2A_ENVOY_CONFIG; envoy/envoy.yaml)",
+    )
+    parser.add_argument(
+        "--adk-agent",
+        dest="ORRERY_A2A_ADK_AGENT",
+        metavar="MODULE:ATTR",
+        help="serve this ADK agent (ORRERY_A2A_ADK_AGENT) through the ADK gateway (sets"
+        f" ORRERY_A2A_GATEWAY={ADK_GATEWAY}; needs the `adk` extra)",
     )
     _state_option(parser)
 
@@ -332,12 +341,15 @@ def _edge_policy_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _env_with_flags(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, str]:
-    """The environment with every given flag folded in under its variable (flags win)."""
+    """The environment with every given flag folded in under its variable (flags win);
+    `--adk-agent` also selects the ADK gateway."""
     flags = {
         name: value
         for name, value in vars(args).items()
         if name.startswith("ORRERY_A2A_") and value is not None
     }
+    if "ORRERY_A2A_ADK_AGENT" in flags:
+        flags["ORRERY_A2A_GATEWAY"] = ADK_GATEWAY
     merged = {**env, **flags}
     if getattr(args, "state_dir", None) is not None:
         merged["ORRERY_A2A_STATE_DIR"] = str(args.state_dir)

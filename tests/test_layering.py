@@ -50,6 +50,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "bench/check_profile.py": SHARED | {"authz"},
     "bench/memory_bench.py": SHARED | {"authz"},
     "bench/adapter_memory.py": SHARED | {"adapter"},
+    "bench/adk_bench.py": SHARED | {"adapter", "gateways"},
+    "bench/adk_to_a2a_server.py": SHARED | {"gateways"},
     "bench/proxy_bench.py": SHARED | {"stack"},
     "bench/outbound_bench.py": SHARED | {"gateways"},
     "bench/__main__.py": SHARED,

@@ -5,7 +5,7 @@ A `FunctionTool(require_confirmation=...)` (or a tool that calls
 `adk_request_confirmation` function call that names the original call (tool, exact arguments,
 id), ends the invocation, and runs the tool only when a *user* function response to that request
 says `confirmed: true`. In ADK's own A2A server that response is whatever the client sends back
-(ADR-007, D1 in docs/decisions.md). Here the gateway alone writes it, after the confirmation store
+(D1 in docs/decisions.md). Here the gateway alone writes it, after the confirmation store
 consumed a human's approval of exactly this call (`GuardedCall.digest`); the client's text never
 becomes one (`gateway.py`).
 """

@@ -66,13 +66,20 @@ _OWNER = {"restart_service": "change_planner", "get_service_health": "investigat
 _QUOTED = ("For context:", "[")  # how ADK shows another agent's steps to the next one
 
 
+def _respond(part: types.Part) -> LlmResponse:
+    # No tokens are spent; saying so keeps ADK's telemetry from warning on every call.
+    usage = types.GenerateContentResponseUsageMetadata(
+        prompt_token_count=0, candidates_token_count=0, total_token_count=0
+    )
+    return LlmResponse(content=types.Content(role="model", parts=[part]), usage_metadata=usage)
+
+
 def _call(name: str, **args: Any) -> LlmResponse:
-    part = types.Part(function_call=types.FunctionCall(name=name, args=args))
-    return LlmResponse(content=types.Content(role="model", parts=[part]))
+    return _respond(types.Part(function_call=types.FunctionCall(name=name, args=args)))
 
 
 def _say(text: str) -> LlmResponse:
-    return LlmResponse(content=types.Content(role="model", parts=[types.Part(text=text)]))
+    return _respond(types.Part(text=text))
 
 
 def _request(llm_request: LlmRequest) -> str:

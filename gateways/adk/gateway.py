@@ -27,6 +27,7 @@ later resume of the older task finds nothing to run and is told the action does 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -165,15 +166,16 @@ class AdkGateway:
         return session
 
     async def _run(self, turn: Turn, message: types.Content) -> list[Event]:
-        events = [
-            event
-            async for event in self._runner.run_async(
-                user_id=turn.principal.subject,
-                session_id=turn.session_id,
-                new_message=message,
-                state_delta={PRINCIPAL_STATE: principal_state(turn.principal)},
-            )
-        ]
+        """One ADK invocation to its end. Closed explicitly: a turn the adapter cancels (its
+        deadline, `CancelTask`) stops ADK's generator here, not whenever it is collected."""
+        run = self._runner.run_async(
+            user_id=turn.principal.subject,
+            session_id=turn.session_id,
+            new_message=message,
+            state_delta={PRINCIPAL_STATE: principal_state(turn.principal)},
+        )
+        async with contextlib.aclosing(run):
+            events = [event async for event in run]
         if (code := failure(events)) is not None:
             raise AdkTurnFailed(f"model_error:{code}")
         return events
@@ -206,6 +208,7 @@ class AdkGateway:
                 digest=call.digest,
             )
         )
+        logs.event(logger, "adk_proposed", action_id=confirmation.action_id, tool=call.tool)
         return Pending(
             confirmation=confirmation,
             summary=(

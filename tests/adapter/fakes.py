@@ -52,6 +52,19 @@ def create(context: GatewayContext) -> RecordingGateway:
     return RecordingGateway(context)
 
 
+class ClosingGateway(RecordingGateway):
+    """A gateway holding connections of its own: `aclose` counts the adapter's calls."""
+
+    closed = 0
+
+    async def aclose(self) -> None:
+        ClosingGateway.closed += 1
+
+
+def create_closing(context: GatewayContext) -> ClosingGateway:
+    return ClosingGateway(context)
+
+
 class StoreWithoutWithdraw:
     """A confirmation store written before `withdraw` existed (every other member delegated)."""
 

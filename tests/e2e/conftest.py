@@ -1,7 +1,8 @@
 """Real Envoy on ephemeral ports: the whole edge, or Envoy alone with upstreams the test controls.
 
-`edge` / `slow_edge` / `replicated_edge` are the whole edge as real processes
-(`tests/e2e/edge.py`), one per session: `edge` exactly as `orrery-a2a up` runs it; `slow_edge` with
+`edge` / `slow_edge` / `replicated_edge` / `adk_edge` are the whole edge as real processes
+(`tests/e2e/edge.py`), one per session: `edge` exactly as `orrery-a2a up` runs it; `adk_edge`
+serving the example ADK agent through the ADK gateway; `slow_edge` with
 a gateway whose turns a test holds open (`held_gateway.py`), Envoy's stream timeouts cut to 2 s and
 keep-alives every 200 ms; `replicated_edge` as `orrery-a2a up --replicas 2` on PostgreSQL and Redis.
 
@@ -355,6 +356,20 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
 def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
     """The edge as `orrery-a2a up` runs it: demo gateway, envoy/envoy.yaml as shipped."""
     with running_edge(tmp_path_factory.mktemp("edge")) as started:
+        yield started
+
+
+# The example ADK agent behind the ADK gateway (`orrery-a2a up --adk-agent ...`).
+ADK_GATEWAY_ENV = {
+    "ORRERY_A2A_GATEWAY": "gateways.adk:create",
+    "ORRERY_A2A_ADK_AGENT": "gateways.adk.example:root_agent",
+}
+
+
+@pytest.fixture(scope="session")
+def adk_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    """The edge serving the example ADK agent (gateways/adk/example.py; in-memory sessions)."""
+    with running_edge(tmp_path_factory.mktemp("adk-edge"), ADK_GATEWAY_ENV) as started:
         yield started
 
 

@@ -1,6 +1,6 @@
 """Outbound calls end to end: two edges, remote agents on the a2a-sdk's own server, real Envoy.
 
-Edge A runs the demo gateway with an allowlist of remote agents (`tests/gateways/remotes.py`,
+Edge A runs the demo gateway with an allowlist of remote agents (`tests/gateways/remote/remotes.py`,
 each on loopback, so `ORRERY_A2A_REMOTE_ALLOW_NETWORKS=127.0.0.0/8`) and of edge B, a second
 whole edge. A delegated agent at A asks a remote agent; the delegating person approves; the
 resume makes the call. The hop header is proven both ways it can be met: A's call to edge B is
@@ -20,8 +20,8 @@ from a2a.types import a2a_pb2 as pb
 from gateways.remote.settings import RemoteSettings
 from tests.adapter.conftest import reply_text, send, status_data, status_text, text_message
 from tests.e2e.edge import Edge, bearer, running_edge, unique
-from tests.gateways.conftest import env_for
-from tests.gateways.remotes import RemoteAgentServer, remote_agents
+from tests.gateways.remote.conftest import env_for
+from tests.gateways.remote.remotes import RemoteAgentServer, remote_agents
 from tests.metrics import metric
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]

@@ -154,3 +154,18 @@ def test_the_json_report_is_what_the_stack_reads() -> None:
     assert read_report("a log line\n" + out.getvalue()) == ["A: bad", "B: worse"]
     assert json.loads(out.getvalue())["component"] == "authz"
     assert read_report("Traceback …\n") is None
+
+
+def test_the_adk_agent_flag_checks_the_agent_path(
+    state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--adk-agent` selects the ADK gateway; the adapter's check names a bad agent path."""
+    code = cli.main(
+        ["check", f"--state-dir={state_dir}", "--adk-agent=nowhere:root_agent"],
+        env={**CLEAN, **EPHEMERAL},
+    )
+    out = capsys.readouterr().out
+    assert code == 2
+    assert "  adapter: ORRERY_A2A_ADK_AGENT: cannot load 'nowhere:root_agent'" in out
+    good = ["check", f"--state-dir={state_dir}", "--adk-agent=gateways.adk.example:root_agent"]
+    assert cli.main(good, env={**CLEAN, **EPHEMERAL}) == 0

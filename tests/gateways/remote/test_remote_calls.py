@@ -1,5 +1,5 @@
 """Calling a remote A2A agent: the a2a-sdk client through the guarded transport, against the
-a2a-sdk's own server (tests/gateways/remotes.py). Every refusal has its reason code."""
+a2a-sdk's own server (tests/gateways/remote/remotes.py). Every refusal has its reason code."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from gateways.remote.client import RemoteAgents
 from gateways.remote.errors import RemoteAgentError
 from gateways.remote.metrics import RemoteMetrics
 from gateways.remote.settings import RemoteSettings
-from tests.gateways.conftest import env_for, settings_for
-from tests.gateways.remotes import RemoteAgentServer
+from tests.gateways.remote.conftest import env_for, settings_for
+from tests.gateways.remote.remotes import RemoteAgentServer
 
 KEY = "delegated:alice"
 

@@ -25,8 +25,8 @@ from gateways.adk.sessions import BoundedSessionService
 from gateways.remote.adk_tool import TOOL_NAME, remote_agent_tool
 from gateways.remote.client import RemoteAgents
 from gateways.remote.metrics import RemoteMetrics
-from tests.gateways.conftest import settings_for
-from tests.gateways.remotes import RemoteAgentServer
+from tests.gateways.remote.conftest import settings_for
+from tests.gateways.remote.remotes import RemoteAgentServer
 
 ALICE = Principal(
     kind="delegated", subject="alice", client="planner", agent="bot", role="admin", autonomy="L3"

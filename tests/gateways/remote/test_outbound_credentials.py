@@ -18,8 +18,8 @@ from gateways.remote.credentials import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE
 from gateways.remote.errors import RemoteAgentError
 from gateways.remote.metrics import RemoteMetrics
 from runtime.errors import ConfigError
-from tests.gateways.conftest import settings_for
-from tests.gateways.remotes import RemoteAgentServer
+from tests.gateways.remote.conftest import settings_for
+from tests.gateways.remote.remotes import RemoteAgentServer
 
 KEY = "delegated:alice"
 SECRET = "client-secret-value"

@@ -12,8 +12,8 @@ from adapter.gateway import GatewayContext, Pending, Reply, Turn
 from adapter.stores.memory import MemoryConfirmationStore
 from contract.identity import Principal
 from gateways.demo import REMOTE_TOOL, DemoGateway, check, create
-from tests.gateways.conftest import env_for
-from tests.gateways.remotes import RemoteAgentServer
+from tests.gateways.remote.conftest import env_for
+from tests.gateways.remote.remotes import RemoteAgentServer
 
 ALICE = Principal(
     kind="delegated", subject="alice", client="planner", agent="bot", role="admin", autonomy="L3"
