@@ -61,6 +61,19 @@ def edges(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edges]:
             yield Edges(edge_a, edge_b, remotes)
 
 
+@pytest.fixture(scope="module")
+def adk_edge(edges: Edges, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    """An edge on the ADK gateway whose agent delegates with the remote-agent tool
+    (`tests/gateways/remote/adk_agent.py`), the same remote agents allowlisted."""
+    env = {
+        **env_for(edges.remotes),
+        "ORRERY_A2A_GATEWAY": "gateways.adk:create",
+        "ORRERY_A2A_ADK_AGENT": "tests.gateways.remote.adk_agent:root_agent",
+    }
+    with running_edge(tmp_path_factory.mktemp("outbound-adk"), env) as edge:
+        yield edge
+
+
 class Person:
     """A person at edge A and the agent acting for them."""
 
@@ -176,3 +189,15 @@ async def test_a_service_principal_cannot_delegate(edges: Edges) -> None:
         task = await send(client, text_message("ask echo: hi"))
     assert task.status.state == pb.TASK_STATE_REJECTED
     assert "service principal" in status_text(task)
+
+
+async def test_an_adk_agent_delegates_through_the_same_guarded_action(
+    adk_edge: Edge, edges: Edges
+) -> None:
+    """Behind the ADK gateway the tool's confirmation becomes the same input-required action;
+    after approval the remote's framed reply is the task's reply, sent once."""
+    before = len(edges.remotes.headers("/echo/a2a"))
+    task = await Person(adk_edge).delegate("ask echo: how is search?")
+    assert task.status.state == pb.TASK_STATE_COMPLETED, status_text(task)
+    assert "<<<remote-reply\necho: how is search?\nremote-reply>>>" in reply_text(task)
+    assert len(edges.remotes.headers("/echo/a2a")) == before + 1

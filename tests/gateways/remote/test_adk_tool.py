@@ -4,17 +4,12 @@ the model gets the framed reply (or the reason) as the tool's result."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 
 pytest.importorskip("google.adk", reason="the adk extra is not installed")
 
-from google.adk.agents import LlmAgent
-from google.adk.models.base_llm import BaseLlm
-from google.adk.models.llm_request import LlmRequest
-from google.adk.models.llm_response import LlmResponse
-from google.genai import types
 from prometheus_client import CollectorRegistry
 
 from adapter.gateway import Pending, Reply, Turn
@@ -22,9 +17,10 @@ from adapter.stores.memory import MemoryConfirmationStore
 from contract.identity import Principal
 from gateways.adk.gateway import AdkGateway
 from gateways.adk.sessions import BoundedSessionService
-from gateways.remote.adk_tool import TOOL_NAME, remote_agent_tool
+from gateways.remote.adk_tool import TOOL_NAME
 from gateways.remote.client import RemoteAgents
 from gateways.remote.metrics import RemoteMetrics
+from tests.gateways.remote.adk_agent import build_agent
 from tests.gateways.remote.conftest import settings_for
 from tests.gateways.remote.remotes import RemoteAgentServer
 
@@ -33,44 +29,12 @@ ALICE = Principal(
 )
 
 
-class Delegating(BaseLlm):
-    """A scripted model: `ask AGENT: TEXT` calls the tool; a tool result is said back as is."""
-
-    model: str = "orrery-delegating"
-
-    async def generate_content_async(
-        self, llm_request: LlmRequest, stream: bool = False
-    ) -> AsyncGenerator[LlmResponse, None]:
-        last = (llm_request.contents[-1].parts or [types.Part()])[-1]
-        if last.function_response is not None:
-            result = last.function_response.response or {}
-            text = str(result.get("untrusted_remote_reply") or f"failed: {result.get('reason')}")
-            yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=text)]))
-            return
-        user = next(
-            part.text
-            for content in reversed(llm_request.contents)
-            if content.role == "user"
-            for part in content.parts or []
-            if part.text
-        )
-        agent, _, message = user.removeprefix("ask ").partition(":")
-        call = types.FunctionCall(name=TOOL_NAME, args={"agent": agent, "message": message.strip()})
-        yield LlmResponse(
-            content=types.Content(role="model", parts=[types.Part(function_call=call)])
-        )
-
-
 @pytest.fixture
 async def adk(remotes: RemoteAgentServer) -> AsyncIterator[AdkGateway]:
     remote = RemoteAgents(settings_for(remotes), RemoteMetrics(CollectorRegistry()))
-    agent = LlmAgent(
-        name="delegating",
-        model=Delegating(),
-        instruction="Delegate.",
-        tools=[remote_agent_tool(remote)],
+    gateway = AdkGateway(
+        build_agent(remote), BoundedSessionService(), MemoryConfirmationStore(), 900.0
     )
-    gateway = AdkGateway(agent, BoundedSessionService(), MemoryConfirmationStore(), 900.0)
     yield gateway
     await gateway.aclose()
 
