@@ -65,11 +65,6 @@ class RemoteAgent:
     token_endpoint: TokenEndpoint | None = None
     card_keys: frozenset[str] = frozenset()
 
-    @property
-    def origin(self) -> str:
-        parts = urlsplit(self.card_url)
-        return f"{parts.scheme}://{parts.netloc}"
-
 
 @dataclass(frozen=True, slots=True)
 class RemoteSettings:
