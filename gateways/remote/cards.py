@@ -56,9 +56,7 @@ class CardPins:
         return self._pinned[agent.name]
 
     async def _fetch(self, agent: RemoteAgent) -> pb.AgentCard:
-        transport = GuardedTransport(
-            agent.card_url, self._settings.allow_networks, self._settings.max_body_bytes
-        )
+        transport = GuardedTransport(agent.card_url, self._settings)
         async with httpx.AsyncClient(
             transport=transport, follow_redirects=False, timeout=self._settings.timeout
         ) as http:

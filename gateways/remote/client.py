@@ -104,9 +104,7 @@ class RemoteAgents:
                 del self._running[principal_key]
 
     async def _send(self, card: pb.AgentCard, origin: str, token: str | None, text: str) -> str:
-        transport = GuardedTransport(
-            origin, self._settings.allow_networks, self._settings.max_body_bytes
-        )
+        transport = GuardedTransport(origin, self._settings)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         async with httpx.AsyncClient(
             transport=transport,

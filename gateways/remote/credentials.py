@@ -132,9 +132,7 @@ class EndpointToken:
     async def _fetch(self) -> tuple[str, float]:
         form = await self._form()
         secret = await asyncio.to_thread(self._secret.read)
-        transport = GuardedTransport(
-            self._endpoint.url, self._settings.allow_networks, self._settings.max_body_bytes
-        )
+        transport = GuardedTransport(self._endpoint.url, self._settings)
         try:
             async with httpx.AsyncClient(
                 transport=transport, follow_redirects=False, timeout=self._settings.timeout

@@ -17,13 +17,15 @@ Each agent's own settings are variables named after it (`billing` → `ORRERY_A2
 Bounds shared by every agent: `ORRERY_A2A_REMOTE_TIMEOUT` (a whole call), `_MAX_BODY_BYTES` (any
 response body), `_MAX_CALLS_PER_PRINCIPAL` (calls running at once for one principal), and
 `_ALLOW_NETWORKS`: the CIDRs where a private, loopback or link-local address is allowed (none by
-default). Built once, frozen; every bad variable is named in one `ConfigError`.
+default). `_CA_FILE` replaces the default CA bundle for every remote's TLS (a private CA). Built
+once, frozen; every bad variable is named in one `ConfigError`.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +77,7 @@ class RemoteSettings:
     timeout: float = 30.0
     max_body_bytes: int = 256 * 1024
     max_calls_per_principal: int = 2
+    ca_file: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> RemoteSettings:
@@ -93,6 +96,7 @@ class RemoteSettings:
             max_calls_per_principal=reader.integer(
                 f"{PREFIX}MAX_CALLS_PER_PRINCIPAL", 2, minimum=1, maximum=100
             ),
+            ca_file=reader.parsed(f"{PREFIX}CA_FILE", "", _ca_file, None),
         )
         reader.finish()
         return settings
@@ -142,6 +146,16 @@ def _networks(text: str) -> tuple[Network, ...]:
         raise ValueError(
             f"expected comma-separated CIDRs such as 10.0.0.0/8, got {text!r}"
         ) from None
+
+
+def _ca_file(text: str) -> Path | None:
+    if not text:
+        return None
+    try:
+        ssl.create_default_context(cafile=text)
+    except (OSError, ssl.SSLError):
+        raise ValueError(f"{text!r} is not a readable file of PEM certificates") from None
+    return Path(text)
 
 
 def _thumbprints(text: str) -> frozenset[str]:

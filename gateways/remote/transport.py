@@ -24,22 +24,25 @@ import json
 import socket
 import ssl
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 
 from contract.headers import HOP_HEADER
 from gateways.remote.errors import RemoteAgentError
-from gateways.remote.settings import Network
+from gateways.remote.settings import Network, RemoteSettings
 
 HOP_VALUE = "1"
 _REASON_BYTES = 4096
 
 
 @functools.cache
-def _tls() -> ssl.SSLContext:
-    """One TLS context for the process: loading the CA bundle costs tens of milliseconds, which
-    every call would otherwise pay (bench/outbound_bench.py)."""
+def _tls(ca_file: Path | None) -> ssl.SSLContext:
+    """One TLS context per CA bundle for the process: loading a bundle costs tens of
+    milliseconds, which every call would otherwise pay (bench/outbound_bench.py)."""
+    if ca_file is not None:
+        return ssl.create_default_context(cafile=str(ca_file))
     return httpx.create_ssl_context(trust_env=False)
 
 
@@ -63,14 +66,15 @@ def address_allowed(address: str, allow_networks: Sequence[Network]) -> bool:
 class GuardedTransport(httpx.AsyncBaseTransport):
     """See the module docstring; one per origin."""
 
-    def __init__(
-        self, origin_url: str, allow_networks: Sequence[Network], max_body_bytes: int
-    ) -> None:
+    def __init__(self, origin_url: str, settings: RemoteSettings) -> None:
         self._origin = origin_of(origin_url)
-        self._allow = tuple(allow_networks)
-        self._cap = max_body_bytes
-        # Never from the environment: no proxy, no .netrc, no other CA bundle than the default.
-        self._inner = httpx.AsyncHTTPTransport(verify=_tls(), trust_env=False, retries=0)
+        self._allow = settings.allow_networks
+        self._cap = settings.max_body_bytes
+        # Never from the environment: no proxy, no .netrc, no CA bundle but the default one or
+        # `ORRERY_A2A_REMOTE_CA_FILE`.
+        self._inner = httpx.AsyncHTTPTransport(
+            verify=_tls(settings.ca_file), trust_env=False, retries=0
+        )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if origin_of(str(request.url)) != self._origin:

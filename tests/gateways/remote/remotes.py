@@ -17,6 +17,7 @@ prefix with its card at `/<name>/card` and its JSON-RPC endpoint at `/<name>/a2a
   the settings given to `call_back_to` (an Orrery edge), and answers what became of that call.
 
 `seen` records every request's headers (lower-cased), to check the hop header and the token.
+With `certs` (tests/certs.py) the server speaks TLS and is named `https://localhost:PORT`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from gateways.remote.client import RemoteAgents
 from gateways.remote.errors import RemoteAgentError
 from gateways.remote.metrics import RemoteMetrics
 from gateways.remote.settings import RemoteSettings
+from tests.certs import Certs
 from tests.keys import private_key
 
 START_TIMEOUT = 30.0
@@ -152,9 +154,10 @@ def card(base: str, name: str) -> pb.AgentCard:
 class RemoteAgentServer:
     """The server (see the module docstring); `close()` stops it."""
 
-    def __init__(self, key_dir: Path) -> None:
+    def __init__(self, key_dir: Path, certs: Certs | None = None) -> None:
         self._sock = socket.create_server(("127.0.0.1", 0))
-        self.base = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        port = self._sock.getsockname()[1]
+        self.base = f"https://localhost:{port}" if certs else f"http://127.0.0.1:{port}"
         key_path = key_dir / "echo-card-key.pem"
         key_path.write_bytes(
             private_key("ES256").private_bytes(
@@ -214,7 +217,12 @@ class RemoteAgentServer:
         ]
         self.recorder = Recorder(Starlette(routes=routes))
         config = uvicorn.Config(
-            self.recorder, log_level="warning", access_log=False, lifespan="off"
+            self.recorder,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            ssl_certfile=str(certs.server_cert) if certs else None,
+            ssl_keyfile=str(certs.server_key) if certs else None,
         )
         self._server = uvicorn.Server(config)
         self._loop = asyncio.new_event_loop()
@@ -250,8 +258,8 @@ class RemoteAgentServer:
 
 
 @contextlib.contextmanager
-def remote_agents(key_dir: Path) -> Iterator[RemoteAgentServer]:
-    server = RemoteAgentServer(key_dir)
+def remote_agents(key_dir: Path, certs: Certs | None = None) -> Iterator[RemoteAgentServer]:
+    server = RemoteAgentServer(key_dir, certs)
     try:
         yield server
     finally:

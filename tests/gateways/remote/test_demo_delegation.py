@@ -5,6 +5,7 @@ refusal with its reason."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
@@ -176,3 +177,12 @@ async def test_the_delegator_is_listed_only_with_remote_agents(
     ]
     plain = create(GatewayContext(MemoryConfirmationStore(), 900.0, {}, CollectorRegistry()))
     assert [item.name for item in await plain.inventory()] == ["investigator", "change-planner"]
+
+
+def test_a_ca_file_that_is_not_pem_certificates_is_refused_at_start(tmp_path: Path) -> None:
+    """`ORRERY_A2A_REMOTE_CA_FILE` is loaded at start: a bad one is a named problem, not a
+    failure at the first call."""
+    bad = tmp_path / "ca.pem"
+    bad.write_text("not a certificate", encoding="utf-8")
+    (problem,) = check({"ORRERY_A2A_REMOTE_CA_FILE": str(bad)})
+    assert problem.startswith("ORRERY_A2A_REMOTE_CA_FILE: ")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,9 @@ from gateways.remote.client import RemoteAgents
 from gateways.remote.errors import RemoteAgentError
 from gateways.remote.metrics import RemoteMetrics
 from gateways.remote.settings import RemoteSettings
+from tests.certs import Certs, make_certs
 from tests.gateways.remote.conftest import env_for, settings_for
-from tests.gateways.remote.remotes import RemoteAgentServer
+from tests.gateways.remote.remotes import RemoteAgentServer, remote_agents
 
 KEY = "delegated:alice"
 
@@ -216,3 +219,37 @@ async def test_a_remote_that_does_not_answer_in_time_is_a_timeout(
         await remote.call("slow", "hi", principal_key=KEY)
     assert caught.value.reason == "timeout"
     assert await remote.call("echo", "next", principal_key=KEY) == "echo: next"
+
+
+@pytest.fixture
+def tls_remotes(tmp_path: Path) -> Iterator[tuple[RemoteAgentServer, Certs]]:
+    """The remote agents over TLS at `https://localhost:PORT` (a test CA's certificate)."""
+    addresses = {
+        info[4][0] for info in socket.getaddrinfo("localhost", 443, type=socket.SOCK_STREAM)
+    }
+    if addresses != {"127.0.0.1"}:
+        pytest.skip(f"localhost resolves to {sorted(addresses)} here, not only 127.0.0.1")
+    certs = make_certs(tmp_path / "certs")
+    with remote_agents(tmp_path, certs) as server:
+        yield server, certs
+
+
+async def test_an_https_agent_is_verified_for_its_name_at_the_checked_address(
+    tls_remotes: tuple[RemoteAgentServer, Certs],
+) -> None:
+    """`https://localhost`: resolved and connected by address, its certificate verified against
+    `ORRERY_A2A_REMOTE_CA_FILE` for the name (SNI), the signed card's key set fetched over TLS."""
+    server, certs = tls_remotes
+    settings = settings_for(server, {"ORRERY_A2A_REMOTE_CA_FILE": str(certs.ca)})
+    remote, _ = agents(settings)
+    assert await remote.call("echo", "over tls", principal_key=KEY) == "echo: over tls"
+    assert server.headers("/echo/a2a")[0]["host"] == server.base.removeprefix("https://")
+
+
+async def test_an_https_agent_whose_certificate_is_not_trusted_is_refused(
+    tls_remotes: tuple[RemoteAgentServer, Certs],
+) -> None:
+    """Without the test CA the default bundle does not trust the certificate: no card, no call."""
+    server, _ = tls_remotes
+    assert (await refusal(settings_for(server), "echo")).reason == "card_unavailable"
+    assert server.recorder.seen == []

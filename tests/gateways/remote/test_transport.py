@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from gateways.remote.errors import RemoteAgentError
-from gateways.remote.settings import Network
+from gateways.remote.settings import Network, RemoteSettings
 from gateways.remote.transport import GuardedTransport
 
 LOOPBACK: tuple[Network, ...] = (ipaddress.ip_network("127.0.0.0/8"),)
@@ -42,7 +42,8 @@ async def server() -> AsyncIterator[tuple[int, list[dict[str, str]]]]:
 
 
 async def get(origin: str, url: str, allow: tuple[Network, ...] = LOOPBACK) -> httpx.Response:
-    async with httpx.AsyncClient(transport=GuardedTransport(origin, allow, 4096)) as http:
+    settings = RemoteSettings(agents={}, allow_networks=allow, max_body_bytes=4096)
+    async with httpx.AsyncClient(transport=GuardedTransport(origin, settings)) as http:
         return await http.get(url)
 
 
