@@ -37,7 +37,7 @@ RUN /opt/tools/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/whe
  && /opt/tools/bin/pip --python /opt/orrery/bin/python install --no-deps --no-index \
       --target /opt/orrery-app /tmp/wheels/*.whl \
  && /opt/tools/bin/pip --python /opt/orrery/bin/python check \
- && /opt/orrery/bin/python -B -c "import contract, runtime, authz.__main__, adapter.__main__; \
+ && /opt/orrery/bin/python -B -c "import contract, runtime, authz.__main__, adapter.__main__, gateways.demo; \
 import stack.cli, stack.probe; from envoy.service.auth.v3 import external_auth_pb2" \
  && installed="$(/opt/orrery/bin/python -B -c \
       'import importlib.metadata as m; print(m.version("orrery-a2a-edge"))')" \

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -81,20 +82,26 @@ async def make_app(
     *,
     tracer_provider: trace.TracerProvider | None = None,
     clock: Callable[[], float] = time.time,
+    gateway_env: Mapping[str, str] | None = None,
 ) -> web.Application:
     """Build the whole adapter; raises `ConfigError` when the settings cannot work together.
+
+    The gateway builds its own settings from `gateway_env` (default: the process environment).
 
     Spans go to `tracer_provider`, or to the global one (a no-op unless an OpenTelemetry SDK was
     installed, e.g. by `opentelemetry-instrument`). Approvals expire by `clock` (a test moves it
     instead of sleeping)."""
     stores = await open_stores(settings, clock=clock)
+    metrics = Metrics()
+    env = dict(os.environ) if gateway_env is None else gateway_env
     limiters = _Limiters(
         _limiter(settings, settings.max_in_flight, IN_FLIGHT),
         _limiter(settings, settings.max_subscriptions, SUBSCRIPTIONS),
     )
     try:
         gateway = await load_gateway(
-            settings.gateway, GatewayContext(stores.confirmations, settings.approval_ttl)
+            settings.gateway,
+            GatewayContext(stores.confirmations, settings.approval_ttl, env, metrics.registry),
         )
         try:
             _check_replicas(settings, gateway)
@@ -107,10 +114,11 @@ async def make_app(
         raise
     return _assemble(
         settings,
-        stores,
-        limiters,
-        gateway,
-        trace.get_tracer("adapter", tracer_provider=tracer_provider),
+        stores=stores,
+        limiters=limiters,
+        gateway=gateway,
+        metrics=metrics,
+        tracer=trace.get_tracer("adapter", tracer_provider=tracer_provider),
     )
 
 
@@ -142,9 +150,11 @@ def _check_replicas(settings: AdapterSettings, gateway: AgentGateway) -> None:
 
 def _assemble(
     settings: AdapterSettings,
+    *,
     stores: Stores,
     limiters: _Limiters,
     gateway: AgentGateway,
+    metrics: Metrics,
     tracer: trace.Tracer,
 ) -> web.Application:
     signer = CardSigner(settings.card_signing_keys, public_origin(settings.public_url) + JWKS_PATH)
@@ -153,7 +163,6 @@ def _assemble(
     async def live_extended_card(base: pb.AgentCard, context: ServerCallContext) -> pb.AgentCard:
         return signer.sign(extended_card(base, await gateway.inventory()))
 
-    metrics = Metrics()
     outage = Outage(stores.outage_errors, metrics)
     turns = Turns(limiters.turns, metrics)
     recovery = Recovery(

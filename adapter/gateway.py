@@ -10,7 +10,7 @@ the action the person was shown: a `Proposal` carries the `action_digest` of the
 `mismatch` (nothing consumed, nothing may run) when the plan changed in between.
 
 `ORRERY_A2A_GATEWAY=module:factory` loads another implementation: `factory(GatewayContext)` returns
-the gateway (or an awaitable of it). The default is `adapter.demo_gateway:create`. Two optional
+the gateway (or an awaitable of it). The default is `gateways.demo:create`. Two optional
 members complete the seam: the factory's module may define `check(env) -> list[str]` (what
 `python -m adapter check` adds to its report: a missing extra, a bad setting of the gateway's
 own), and the gateway may define `async aclose()` (called once when the adapter stops, after the
@@ -27,10 +27,13 @@ import importlib
 import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from prometheus_client import CollectorRegistry
+
 from adapter.errors import GatewayLoadError
+from adapter.messages import MAX_CHARS as MESSAGE_MAX_CHARS
 from adapter.stores.protocols import (
     Confirmation,
     ConfirmationStore,
@@ -45,6 +48,7 @@ from contract.identity import Principal
 
 __all__ = [
     "DEFAULT_GATEWAY",
+    "MESSAGE_MAX_CHARS",
     "REDACTED",
     "AgentGateway",
     "Confirmation",
@@ -66,7 +70,7 @@ __all__ = [
     "redact",
 ]
 
-DEFAULT_GATEWAY = "adapter.demo_gateway:create"
+DEFAULT_GATEWAY = "gateways.demo:create"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,10 +135,14 @@ class AgentGateway(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class GatewayContext:
-    """What a gateway factory gets from the adapter."""
+    """What a gateway factory gets from the adapter: the approvals, the process environment (a
+    gateway builds its own frozen settings from it) and the adapter's metrics registry (a
+    gateway's metrics are served on the adapter's `/metrics`)."""
 
     confirmations: ConfirmationStore
     approval_ttl: float
+    env: Mapping[str, str] = field(default_factory=dict)
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
 
 _SECRET_NAME = re.compile(

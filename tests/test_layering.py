@@ -33,7 +33,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "tests/contract": frozenset({"contract", "tests"}),
     "tests/runtime": frozenset({"runtime", "tests"}),
     "tests/authz": SHARED | {"authz", "tests"},
-    "tests/adapter": SHARED | {"adapter", "tests"},
+    "tests/adapter": SHARED | {"adapter", "gateways", "tests"},
     "tests/gateways": SHARED | {"adapter", "gateways", "tests"},
     "tests/stack": SHARED | {"stack", "tests"},
     "tests/e2e": SHARED | {"adapter", "gateways", "stack", "tests"},
@@ -43,7 +43,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "tests/deploy": SHARED | {"adapter", "authz", "stack", "tests"},
     "bench/authz_bench.py": SHARED | {"authz"},
     "bench/adapter_bench.py": SHARED | {"adapter"},
-    "bench/adapter_stock_server.py": SHARED | {"adapter"},
+    "bench/adapter_stock_server.py": SHARED | {"adapter", "gateways"},
     "bench/e2e_bench.py": SHARED | {"adapter", "stack"},
     "bench/flood_bench.py": SHARED | {"stack"},
     "bench/list_tasks_bench.py": SHARED | {"adapter"},
@@ -53,6 +53,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "bench/adk_bench.py": SHARED | {"adapter", "gateways"},
     "bench/adk_to_a2a_server.py": SHARED | {"gateways"},
     "bench/proxy_bench.py": SHARED | {"stack"},
+    "bench/outbound_bench.py": SHARED | {"gateways"},
     "bench/__main__.py": SHARED,
 }
 # Of the adapter, a gateway imports only the seam: the adapter loads gateways by name.

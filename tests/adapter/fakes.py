@@ -10,7 +10,6 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 
-from adapter.demo_gateway import SPECIALISTS, DemoGateway
 from adapter.gateway import (
     ConfirmationStore,
     GatewayContext,
@@ -20,6 +19,7 @@ from adapter.gateway import (
     Turn,
     action_digest,
 )
+from gateways.demo import SPECIALISTS, DemoGateway
 
 
 class RecordingGateway:
