@@ -71,7 +71,7 @@ class CardPins:
                     "card_signature_invalid",
                     f"the card of {agent.name!r} is not signed by a key pinned for it",
                 )
-        return card
+        return jsonrpc_only(card)
 
 
 async def _get_json(http: httpx.AsyncClient, url: str, what: str) -> Any:
@@ -93,7 +93,8 @@ async def _get_json(http: httpx.AsyncClient, url: str, what: str) -> Any:
 
 
 def parse_card(document: Any, agent: RemoteAgent) -> pb.AgentCard:
-    """The card as the a2a-sdk reads it, with a JSON-RPC 1.0 interface on the card's origin."""
+    """The card as the a2a-sdk reads it, every interface kept (a signature covers them all),
+    once it names a JSON-RPC 1.0 interface on the card's own origin."""
     if not isinstance(document, dict):
         raise RemoteAgentError("card_invalid", "the card is not a JSON object")
     try:
@@ -113,10 +114,21 @@ def parse_card(document: Any, agent: RemoteAgent) -> pb.AgentCard:
         raise RemoteAgentError(
             "insecure_url", "the card's JSON-RPC interface is on another origin than the card"
         )
-    # Only the JSON-RPC interfaces stay: the client cannot pick a binding we did not check.
-    del card.supported_interfaces[:]
-    card.supported_interfaces.extend(interfaces)
     return card
+
+
+def jsonrpc_only(card: pb.AgentCard) -> pb.AgentCard:
+    """The card with only its JSON-RPC 1.0 interfaces, so the client cannot pick a binding we did
+    not check. Applied after verification: a signature covers every interface it was made over."""
+    narrowed = pb.AgentCard()
+    narrowed.CopyFrom(card)
+    del narrowed.supported_interfaces[:]
+    narrowed.supported_interfaces.extend(
+        interface
+        for interface in card.supported_interfaces
+        if interface.protocol_binding == JSONRPC and interface.protocol_version == PROTOCOL_VERSION
+    )
+    return narrowed
 
 
 def _protected(signature: Mapping[str, Any]) -> dict[str, Any]:

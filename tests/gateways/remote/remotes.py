@@ -134,7 +134,10 @@ class Recorder:
 
 
 def card(base: str, name: str) -> pb.AgentCard:
-    """An A2A 1.0 card for agent `name` under `base` (no empty values: it can be signed)."""
+    """An A2A 1.0 card for agent `name` under `base` (no empty values: it can be signed).
+
+    It names an HTTP+JSON interface after the JSON-RPC one, as this edge's own card does: the
+    tool calls only JSON-RPC, but a signature covers every interface the card was signed with."""
     return pb.AgentCard(
         name=name,
         description=f"the {name} test agent",
@@ -142,7 +145,10 @@ def card(base: str, name: str) -> pb.AgentCard:
         supported_interfaces=[
             pb.AgentInterface(
                 url=f"{base}/{name}/a2a", protocol_binding="JSONRPC", protocol_version="1.0"
-            )
+            ),
+            pb.AgentInterface(
+                url=f"{base}/{name}/a2a", protocol_binding="HTTP+JSON", protocol_version="1.0"
+            ),
         ],
         capabilities=pb.AgentCapabilities(streaming=False),
         default_input_modes=["text/plain"],

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from gateways.remote.cards import CardPins
 from gateways.remote.client import RemoteAgents
 from gateways.remote.errors import RemoteAgentError
 from gateways.remote.metrics import RemoteMetrics
@@ -164,6 +165,17 @@ async def test_a_pinned_card_key_must_have_signed_the_card(remotes: RemoteAgentS
     assert await remote.call("echo", "hi", principal_key=KEY) == "echo: hi"
     other = settings_for(remotes, {"ORRERY_A2A_REMOTE_ECHO_CARD_KEYS": "A" * 43})
     assert (await refusal(other, "echo")).reason == "card_signature_invalid"
+
+
+async def test_a_signed_card_verifies_over_all_its_interfaces_and_pins_json_rpc_only(
+    remotes: RemoteAgentServer,
+) -> None:
+    """The echo card is signed over its JSON-RPC and HTTP+JSON interfaces; the pin keeps JSON-RPC
+    only."""
+    settings = settings_for(remotes)
+    pinned = await CardPins(settings).card(settings.agents["echo"])
+    assert [i.protocol_binding for i in pinned.supported_interfaces] == ["JSONRPC"]
+    assert len(pinned.signatures) == 1
 
 
 async def test_a_card_changed_after_signing_is_refused(remotes: RemoteAgentServer) -> None:
