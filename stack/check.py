@@ -5,8 +5,9 @@ you fix a variable, the adapter dies, you fix another. `check` asks all of them 
 environment `up` would give each (`stack.wiring`, this run's choices stood in by placeholders of
 the same shape), and reports every problem:
 
-* **stack** — its own settings (addresses, replicas, state, the Envoy file) and every configured
-  address some other process already listens on;
+* **stack** — its own settings (addresses, replicas, state — a state directory too deep for
+  Envoy's admin socket included —, the Envoy file) and every configured address some other
+  process already listens on;
 * **authz**, **adapter** — `python -m authz check`, `python -m adapter check` (the stack never
   imports the services: it runs their checks, `runtime.checks`), including `--replicas`
   prerequisites (replicated adapters need `DATABASE_URL` and `ORRERY_A2A_REDIS_URL`);
@@ -50,7 +51,6 @@ def busy_addresses(settings: StackSettings) -> list[str]:
     adapter take free ports when replicated, so theirs count only for one replica."""
     addresses: dict[str, Address] = {
         "ORRERY_A2A_LISTEN_ADDR": settings.listen,
-        "ORRERY_A2A_ENVOY_ADMIN_ADDR": settings.admin,
         "ORRERY_A2A_ISSUER_ADDR": settings.issuer,
     }
     if settings.replicas == 1:

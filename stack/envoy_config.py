@@ -11,7 +11,10 @@ admin address (and the `envoy_admin` cluster that follows it), and the endpoints
 ports; compose renders once with `--listen 0.0.0.0:8080` before Envoy starts; a Kubernetes pod
 renders at every start, in an init container, from its ConfigMap's settings; tests render with
 ephemeral ports. A file whose names moved fails loudly here instead of silently keeping a stale
-address.
+address. The local stack moves the admin API off TCP altogether, onto a 0600 Unix socket in its
+private state directory: on a host, any local user reaches a loopback port, and the admin API can
+quit Envoy, drain it or fail its health. A pod keeps the file's loopback port, which only the pod's
+own containers share.
 
 TLS is the one addition rather than a replacement: `tls=TlsFiles(cert, key, client_ca)` terminates
 TLS on the public listener (TLS 1.2 or newer, HTTP/2 and HTTP/1.1 by ALPN, HSTS on every answer)
@@ -38,7 +41,7 @@ import yaml
 from contract.headers import PRINCIPAL_HEADER, TRACE_LINK_HEADER
 from contract.http_checks import CHECK_PREFIX, HEALTH_PATH
 from runtime.addresses import Address
-from stack.addresses import NotLoopback, require_loopback
+from stack.addresses import NotLoopback, require_loopback, socket_path_problem
 from stack.edge_policy import ANY_ORIGIN, EdgePolicy
 
 LISTENER = "public"
@@ -87,6 +90,8 @@ MIN_FILL_MS = 50  # Envoy's shortest token-bucket fill interval
 ADMIN = "Envoy's admin API"  # drains listeners, changes log levels, dumps config: loopback only
 DIAG_LISTENER = "diag"
 ADMIN_CLUSTER = "envoy_admin"
+ADMIN_SOCKET = "Envoy's admin socket"
+ADMIN_SOCKET_MODE = 0o600  # only the user running Envoy connects
 CLUSTERS = ("authz", "adapter")
 TLS_SOCKET = "envoy.transport_sockets.tls"
 DOWNSTREAM_TLS = (
@@ -230,7 +235,7 @@ def render(
     config: Config,
     *,
     listen: Address | None = None,
-    admin: Address | None = None,
+    admin: Address | Path | None = None,
     authz: Upstream | None = None,
     adapter: Upstream | None = None,
     policy: EdgePolicy | None = None,
@@ -242,7 +247,8 @@ def render(
     """A copy of `config` with the given sockets replaced, the deployment's policy and TLS added.
 
     `authz` and `adapter` take one address or several (replicas, balanced by the cluster). The
-    admin address must be loopback (`EnvoyConfigError` otherwise). `policy` renders what the
+    admin address must be loopback (`EnvoyConfigError` otherwise); a `Path` puts the admin API
+    on a Unix socket there instead (`_admin_on_socket`). `policy` renders what the
     deployment decides (`stack.edge_policy`): CORS origins, the client budget, the heap budget.
     The `envoy_admin` cluster (the diag listener's way to the admin API) follows `admin`.
     `authz_transport="http"` makes ext_authz call authz's HTTP transport (`_http_transport`):
@@ -256,7 +262,9 @@ def render(
         _assign(listener_socket(rendered), listen)
     if diag is not None:
         _assign(listener_socket(rendered, DIAG_LISTENER), diag)
-    if admin is not None:
+    if isinstance(admin, Path):
+        _admin_on_socket(rendered, admin)
+    elif admin is not None:
         try:
             require_loopback(admin[0], ADMIN)
         except NotLoopback as exc:
@@ -276,6 +284,22 @@ def render(
     if authz_transport == "http":
         _http_transport(rendered)
     return rendered
+
+
+def _admin_on_socket(config: Config, path: Path) -> None:
+    """The admin API on the Unix socket `path`, mode 0600, in place of its TCP address; the
+    `envoy_admin` cluster (the diag listener's /readyz and /metrics) follows it there. Envoy
+    replaces a stale socket file at start (verified on 1.40); `up` removes it when it stops."""
+    problem = socket_path_problem(path, ADMIN_SOCKET)
+    if problem is not None:
+        raise EnvoyConfigError(problem)
+    admin_socket(config)  # the file's admin address is there to replace
+    config["admin"]["address"] = {"pipe": {"path": str(path), "mode": ADMIN_SOCKET_MODE}}
+    found, endpoints = _lb_endpoints(config, ADMIN_CLUSTER)
+    endpoint = copy.deepcopy(endpoints[0])
+    endpoint["endpoint"]["address"] = {"pipe": {"path": str(path)}}
+    first_group = found["load_assignment"]["endpoints"][0]
+    found["load_assignment"]["endpoints"] = [{**first_group, "lb_endpoints": [endpoint]}]
 
 
 def parse_authz_transport(text: str) -> AuthzTransport:

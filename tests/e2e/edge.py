@@ -43,6 +43,7 @@ from stack.tokens import Audiences as TokenAudiences
 from stack.tokens import TokenKind, TokenRequest, claims_for, mint_for_stack, sign
 from stack.up import LocalStack, RunSecrets, generate_secrets
 from stack.wiring import DEV_AUDIENCE, DEV_CONSOLE_AUDIENCE
+from tests.admin_socket import admin_client
 from tests.metrics import metric
 
 REPO = Path(__file__).resolve().parents[2]
@@ -181,9 +182,9 @@ class Edge:
     async def envoy_counter(self, name: str) -> int:
         """One of Envoy's counters from its admin API, e.g. `cluster.adapter.upstream_rq_total`
         (how many requests Envoy sent to the adapter)."""
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with admin_client(self.state.admin, timeout=30) as http:
             response = await http.get(
-                f"http://{self.state.admin}/stats",
+                "/stats",
                 params={"format": "json", "filter": f"^{re.escape(name)}$"},
             )
         (stat,) = [s for s in response.json()["stats"] if s.get("name") == name]

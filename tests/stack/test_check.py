@@ -15,6 +15,7 @@ import pytest
 
 from runtime.checks import read_report, report
 from stack import cli, envoy_config
+from stack.state import ENVOY_ADMIN_SOCKET
 
 CLEAN = {
     name: value
@@ -23,7 +24,6 @@ CLEAN = {
 }
 EPHEMERAL = {
     "ORRERY_A2A_LISTEN_ADDR": "127.0.0.1:0",
-    "ORRERY_A2A_ENVOY_ADMIN_ADDR": "127.0.0.1:0",
     "ORRERY_A2A_AUTHZ_ADDR": "127.0.0.1:0",
     "ORRERY_A2A_AUTHZ_DIAG_ADDR": "127.0.0.1:0",
     "ORRERY_A2A_ADAPTER_ADDR": "127.0.0.1:0",
@@ -81,6 +81,35 @@ def test_a_taken_address_is_named_with_its_flag(
     assert (
         f"  stack:   ORRERY_A2A_ADAPTER_ADDR (--adapter): cannot listen on {taken}"
         " (Address already in use)"
+    ) in out
+
+
+def test_a_state_dir_too_deep_for_the_admin_socket_is_a_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Envoy's admin socket lives in the state directory and a Unix socket's path has at most
+    107 bytes: a deeper directory is a stack problem naming the variable, before anything starts."""
+    deep = tmp_path / ("d" * (108 - len(str(tmp_path))))
+    code, out = check(deep, capsys)
+    assert code == 2
+    socket_path = deep / ENVOY_ADMIN_SOCKET
+    assert (
+        f"  stack:   ORRERY_A2A_STATE_DIR (--state-dir): Envoy's admin socket {socket_path} would"
+        f" be {len(str(socket_path))} bytes long; a Unix socket path has at most 107:"
+        " choose a shorter state directory"
+    ) in out
+
+
+def test_an_envoy_admin_tcp_address_is_refused(
+    state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ORRERY_A2A_ENVOY_ADMIN_ADDR (once the admin API's TCP address) is a problem, not ignored:
+    the admin API is the state directory's socket, never a TCP port any local user reaches."""
+    code, out = check(state_dir, capsys, ORRERY_A2A_ENVOY_ADMIN_ADDR="127.0.0.1:9901")
+    assert code == 2
+    assert (
+        "  stack:   ORRERY_A2A_ENVOY_ADMIN_ADDR: the local stack serves Envoy's admin API only on"
+        f" the Unix socket {state_dir / ENVOY_ADMIN_SOCKET}; unset this variable"
     ) in out
 
 

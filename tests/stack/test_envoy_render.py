@@ -173,6 +173,30 @@ def test_render_refuses_a_non_loopback_admin_address() -> None:
         envoy_config.render(envoy_config.load(SOURCE), admin=("0.0.0.0", 9901))
 
 
+@pytest.mark.envoy
+def test_an_admin_socket_path_puts_the_admin_api_on_a_0600_unix_socket(tmp_path: Path) -> None:
+    """`admin=Path` (the local stack): the admin API and the diag listener's cluster to it use
+    that Unix socket, mode 0600, and no TCP address at all; Envoy accepts the file."""
+    path = tmp_path / "envoy-admin.sock"
+    rendered = envoy_config.render(envoy_config.load(SOURCE), admin=path)
+    assert rendered["admin"]["address"] == {"pipe": {"path": str(path), "mode": 0o600}}
+    clusters = rendered["static_resources"]["clusters"]
+    (admin_cluster,) = [c for c in clusters if c["name"] == envoy_config.ADMIN_CLUSTER]
+    endpoints = admin_cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    assert [lb["endpoint"]["address"] for lb in endpoints] == [{"pipe": {"path": str(path)}}]
+    out = tmp_path / "envoy.yaml"
+    envoy_config.write(rendered, out)
+    result = envoy_validate(out)
+    assert result.returncode == 0, result.stderr
+
+
+def test_an_admin_socket_path_too_long_for_a_unix_socket_is_refused(tmp_path: Path) -> None:
+    """A socket path over 107 bytes cannot be bound: a clear error here, not Envoy's later."""
+    path = tmp_path / ("s" * 108)
+    with pytest.raises(EnvoyConfigError, match="a Unix socket path has at most 107"):
+        envoy_config.render(envoy_config.load(SOURCE), admin=path)
+
+
 def test_envoy_config_command_refuses_a_non_loopback_admin_address(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
