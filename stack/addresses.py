@@ -35,13 +35,17 @@ def client_host(address: Address) -> str:
     return format_address((host, port))
 
 
+def fits_a_unix_socket(path: Path) -> bool:
+    """Whether `path` is short enough to bind a Unix socket at."""
+    return len(os.fsencode(path)) <= MAX_UNIX_SOCKET_PATH
+
+
 def socket_path_problem(path: Path, what: str) -> str | None:
     """Why `path` cannot be bound as a Unix socket (too long), or None. A longer path would fail
     only when the socket is bound, with an error that names neither the path nor the limit."""
-    length = len(os.fsencode(path))
-    if length <= MAX_UNIX_SOCKET_PATH:
+    if fits_a_unix_socket(path):
         return None
     return (
-        f"{what} {path} would be {length} bytes long; a Unix socket path has at most"
-        f" {MAX_UNIX_SOCKET_PATH}"
+        f"{what} {path} would be {len(os.fsencode(path))} bytes long; a Unix socket path has"
+        f" at most {MAX_UNIX_SOCKET_PATH}"
     )

@@ -98,6 +98,7 @@ def test_a_state_dir_too_deep_for_the_admin_socket_is_a_problem(
         f" be {len(str(socket_path))} bytes long; a Unix socket path has at most 107:"
         " choose a shorter state directory"
     ) in out
+    assert out.count("a Unix socket path has at most") == 1
 
 
 def test_an_envoy_admin_tcp_address_is_refused(
