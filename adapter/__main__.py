@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from adapter import sdk_tracing
 from adapter.app import PROBES, LoopDiagnostics, bind, make_app, start
 from adapter.errors import GatewayLoadError
-from adapter.gateway import gateway_factory
+from adapter.gateway import gateway_problems
 from adapter.settings import AdapterSettings
 from runtime import logs
 from runtime.addresses import format_address
@@ -68,18 +68,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def check(env: Mapping[str, str]) -> list[str]:
     """Every problem a start would meet before serving: the settings, and the gateway's
-    `module:factory` (imported, not built: building may open connections)."""
-    problems: list[str] = []
+    `module:factory` with its own `check` (imported, not built: building may open connections)."""
     try:
         settings = AdapterSettings.from_env(env)
     except ConfigError as exc:
-        problems += exc.problems
-    else:
-        try:
-            gateway_factory(settings.gateway)
-        except GatewayLoadError as exc:
-            problems.append(str(exc))
-    return problems
+        return exc.problems
+    return gateway_problems(settings.gateway, env)
 
 
 async def serve(settings: AdapterSettings) -> None:

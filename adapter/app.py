@@ -1,6 +1,7 @@
 """The aiohttp application: wiring settings → stores, limiter, gateway, SDK handler, routes.
 
-Routes: `POST /a2a` and `/a2a/` (JSON-RPC), `GET /.well-known/agent-card.json` (public card),
+Routes: `POST /a2a` and `/a2a/` (JSON-RPC), `/a2a/…` (HTTP+JSON: `/a2a/message:send`,
+`/a2a/tasks/{id}`…; `rest.py`), `GET /.well-known/agent-card.json` (public card),
 `GET /.well-known/jwks.json` (the keys that verify the cards' signatures),
 `GET|POST /approvals/{action_id}` (approvals surface), `GET /healthz` (liveness), `GET /readyz`
 (the stores answer), `GET /metrics` (Prometheus).
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -27,12 +29,14 @@ from adapter.card import JsonDocument, extended_card, public_card
 from adapter.card_signing import JWKS_PATH, CardSigner
 from adapter.dispatch import Dispatcher
 from adapter.executor import GatewayExecutor, TaskContextBuilder
-from adapter.gateway import AgentGateway, GatewayContext, load_gateway
+from adapter.gateway import AgentGateway, GatewayContext, close_gateway, load_gateway
 from adapter.handler import RequestHandler
+from adapter.jsonrpc import JsonRpcBinding
 from adapter.limits import IN_FLIGHT, SUBSCRIPTIONS, Cap, Limiter, MemoryLimiter, RedisLimiter
 from adapter.metrics import CONTENT_TYPE, Metrics
 from adapter.outage import Outage
 from adapter.recovery import Recovery
+from adapter.rest import PREFIX, RestBinding
 from adapter.retries import Retries
 from adapter.settings import AdapterSettings
 from adapter.stores import Stores, open_stores
@@ -78,32 +82,43 @@ async def make_app(
     *,
     tracer_provider: trace.TracerProvider | None = None,
     clock: Callable[[], float] = time.time,
+    gateway_env: Mapping[str, str] | None = None,
 ) -> web.Application:
     """Build the whole adapter; raises `ConfigError` when the settings cannot work together.
+
+    The gateway builds its own settings from `gateway_env` (default: the process environment).
 
     Spans go to `tracer_provider`, or to the global one (a no-op unless an OpenTelemetry SDK was
     installed, e.g. by `opentelemetry-instrument`). Approvals expire by `clock` (a test moves it
     instead of sleeping)."""
     stores = await open_stores(settings, clock=clock)
+    metrics = Metrics()
+    env = dict(os.environ) if gateway_env is None else gateway_env
     limiters = _Limiters(
         _limiter(settings, settings.max_in_flight, IN_FLIGHT),
         _limiter(settings, settings.max_subscriptions, SUBSCRIPTIONS),
     )
     try:
         gateway = await load_gateway(
-            settings.gateway, GatewayContext(stores.confirmations, settings.approval_ttl)
+            settings.gateway,
+            GatewayContext(stores.confirmations, settings.approval_ttl, env, metrics.registry),
         )
-        _check_replicas(settings, gateway)
+        try:
+            _check_replicas(settings, gateway)
+        except BaseException:
+            await close_gateway(gateway)
+            raise
     except BaseException:
         await limiters.close()
         await stores.close()
         raise
     return _assemble(
         settings,
-        stores,
-        limiters,
-        gateway,
-        trace.get_tracer("adapter", tracer_provider=tracer_provider),
+        stores=stores,
+        limiters=limiters,
+        gateway=gateway,
+        metrics=metrics,
+        tracer=trace.get_tracer("adapter", tracer_provider=tracer_provider),
     )
 
 
@@ -135,9 +150,11 @@ def _check_replicas(settings: AdapterSettings, gateway: AgentGateway) -> None:
 
 def _assemble(
     settings: AdapterSettings,
+    *,
     stores: Stores,
     limiters: _Limiters,
     gateway: AgentGateway,
+    metrics: Metrics,
     tracer: trace.Tracer,
 ) -> web.Application:
     signer = CardSigner(settings.card_signing_keys, public_origin(settings.public_url) + JWKS_PATH)
@@ -146,7 +163,6 @@ def _assemble(
     async def live_extended_card(base: pb.AgentCard, context: ServerCallContext) -> pb.AgentCard:
         return signer.sign(extended_card(base, await gateway.inventory()))
 
-    metrics = Metrics()
     outage = Outage(stores.outage_errors, metrics)
     turns = Turns(limiters.turns, metrics)
     recovery = Recovery(
@@ -178,15 +194,20 @@ def _assemble(
         await turns.stop(TURNS_STOP_SECONDS)
 
     drain = Drain(before_end=stop_turns)
-    dispatcher = Dispatcher(
-        handler=handler,
-        keys=settings.assertion_keys,
-        max_body_bytes=settings.max_body_bytes,
-        turns=turns,
-        subscriptions=limiters.subscriptions,
-        streams=Streams(handler, drain=drain, keepalive=settings.sse_keepalive, outage=outage),
-        metrics=metrics,
-        outage=outage,
+    streams = Streams(handler, drain=drain, keepalive=settings.sse_keepalive, outage=outage)
+    jsonrpc, rest = (
+        Dispatcher(
+            binding=binding,
+            handler=handler,
+            keys=settings.assertion_keys,
+            max_body_bytes=settings.max_body_bytes,
+            turns=turns,
+            subscriptions=limiters.subscriptions,
+            streams=streams,
+            metrics=metrics,
+            outage=outage,
+        )
+        for binding in (JsonRpcBinding(), RestBinding())
     )
     approvals = ApprovalsEndpoint(settings.assertion_keys, gateway.confirmations, metrics, outage)
     probes = Probes(stores, limiters, metrics, outage)
@@ -197,9 +218,10 @@ def _assemble(
     app[METRICS] = metrics
     app[PROBES] = probes
     app[RECOVERY] = recovery
-    a2a = traced(tracer, "A2A", dispatcher.handle)
+    a2a = traced(tracer, "A2A", jsonrpc.handle)
     app.router.add_post("/a2a", a2a)
     app.router.add_post("/a2a/", a2a)
+    app.router.add_route("*", PREFIX + "/{operation:.+}", traced(tracer, "A2A", rest.handle))
     app.router.add_get("/.well-known/agent-card.json", JsonDocument.card(card).handle)
     app.router.add_get(JWKS_PATH, JsonDocument.of(signer.jwks).handle)
     app.router.add_post("/approvals/{action_id}", traced(tracer, "approvals", approvals.decide))
@@ -222,6 +244,7 @@ def _assemble(
         await drain.close()
         await recovery.close()
         await _close_handler(handler)
+        await close_gateway(gateway)
         await limiters.close()
         await stores.close()
 

@@ -1,7 +1,8 @@
 """Agent cards: the public minimal A2A 1.0 card and the authenticated extended card.
 
 The public card (`/.well-known/agent-card.json`, no principal needed) says only what a client needs
-to connect: name, description, one JSON-RPC 1.0 interface at `ORRERY_A2A_PUBLIC_URL`, how to get
+to connect: name, description, two 1.0 interfaces at `ORRERY_A2A_PUBLIC_URL` — JSON-RPC first (the
+preferred one), then HTTP+JSON (its paths below that URL: `adapter/rest.py`) — how to get
 in (`security`), capabilities (streaming yes, push no, extended card yes) and one generic skill
 (the spec requires at least one). The specialists are in the extended card
 (`GetExtendedAgentCard`), rebuilt from the gateway's live inventory on every call so it can't
@@ -43,6 +44,7 @@ OAUTH2 = "oauth2"
 INPUT_MODES = ("text/plain",)
 OUTPUT_MODES = ("text/plain", "application/json")
 CACHE_CONTROL = "public, max-age=300"
+BINDINGS = ("JSONRPC", "HTTP+JSON")  # the card's interfaces, in the order clients prefer them
 
 
 def security(
@@ -96,7 +98,8 @@ def public_card(public_url: str, auth: CardAuth) -> pb.AgentCard:
         description=DESCRIPTION,
         version=version(),
         supported_interfaces=[
-            pb.AgentInterface(url=public_url, protocol_binding="JSONRPC", protocol_version="1.0")
+            pb.AgentInterface(url=public_url, protocol_binding=binding, protocol_version="1.0")
+            for binding in BINDINGS
         ],
         capabilities=pb.AgentCapabilities(
             streaming=True, push_notifications=False, extended_agent_card=True

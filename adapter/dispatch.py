@@ -1,17 +1,19 @@
-"""`POST /a2a` and `/a2a/`: the A2A 1.0 JSON-RPC binding on aiohttp, calling the a2a-sdk handler.
+"""The A2A 1.0 bindings on aiohttp, calling the a2a-sdk handler: JSON-RPC (`POST /a2a`, `/a2a/`;
+`jsonrpc.py`) and HTTP+JSON (`/a2a/message:send`, `/a2a/tasks/…`; `rest.py`).
 
-The SDK's own dispatcher needs Starlette, so this is the same for aiohttp, in the order a request is
-refused cheapest-first:
+The SDK's own dispatchers need Starlette, so this is the same for aiohttp, one dispatcher per
+binding, in the order a request is refused cheapest-first:
 
 1. principal assertion for the `a2a` surface → 401 before anything else runs (even the body read);
 2. body cap (Content-Length, then the bytes actually read) → 413, before parsing;
-3. `Content-Type: application/json` → -32005; UTF-8 JSON → -32700; a single JSON-RPC 2.0 request
+3. to 5. the binding reads the call (`bindings.Binding.read`): for JSON-RPC,
+   `Content-Type: application/json` → -32005; UTF-8 JSON → -32700; a single JSON-RPC 2.0 request
    object (no batches, `id` a string, integer or null) → -32600; a notification (no `id`) → HTTP
-   204 without a body, nothing run; a known method → -32601;
-4. `A2A-Version` (header, or the `A2A-Version` query parameter): `1.0` (a patch part is ignored);
-   absent or empty means 0.3, which this server does not speak → -32009;
-5. lenient params (camelCase or snake_case, unknown fields ignored) → -32602 on a bad shape;
-   push-notification methods → -32003 (push is off);
+   204 without a body, nothing run; a known method → -32601; `A2A-Version` (header, or the
+   `A2A-Version` query parameter): `1.0` (a patch part is ignored); absent or empty means 0.3,
+   which this server does not speak → -32009; lenient params (camelCase or snake_case, unknown
+   fields ignored) → -32602 on a bad shape; push-notification methods → -32003 (push is off).
+   HTTP+JSON refuses the same things in its own shapes (`rest.py`);
 6. message rules (`messages.py`); for a turn or a stream, a caller's bearer token past its `exp`
    (the assertion's `tok_exp`) → 401 `token_expired`; the per-principal caps (429 +
    `Retry-After`): turns in flight for `SendMessage` / `SendStreamingMessage`, open streams for
@@ -19,12 +21,13 @@ refused cheapest-first:
    `task_quota_exceeded`, 503 `task_store_full`, raised by the handler: `handler.py`);
 7. the SDK handler, with `ServerCallContext.user` = the verified principal.
 
-Steps 3 to 5 are the envelope's (`envelope.py`), the cap is `turns.py`'s, and the streaming
-methods are answered as SSE by `streams.py`. Every JSON-RPC error is HTTP 200 with `error.data` =
-`[google.rpc.ErrorInfo]`; an unexpected exception is -32603 with a fixed message and its type
-logged — except a task store that cannot be reached, which is HTTP 503 `store_unavailable` with
-`Retry-After` (`outage.py`). Each request ends in one `a2a_request` log event, one metrics
-observation and the span's attributes, all with the same outcome.
+The cap is `turns.py`'s, and the streaming methods are answered as SSE by `streams.py`. Every
+A2A error is the binding's (JSON-RPC: HTTP 200 with `error.data` = `[google.rpc.ErrorInfo]`;
+HTTP+JSON: the mapped HTTP status with a `google.rpc.Status` body); an unexpected exception is an
+internal error with a fixed message and its type logged — except a task store that cannot be
+reached, which is HTTP 503 `store_unavailable` with `Retry-After` (`outage.py`). Each request
+ends in one `a2a_request` log event (naming its binding), one metrics observation and the span's
+attributes, all with the same outcome.
 """
 
 from __future__ import annotations
@@ -37,27 +40,23 @@ from typing import Any
 
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
-from a2a.utils.errors import A2AError, ContentTypeNotSupportedError, InternalError
+from a2a.utils.errors import A2AError, InternalError
 from aiohttp import web
 
 from adapter import tracing
+from adapter.bindings import Binding
 from adapter.envelope import (
     JSON,
     PARAMS,
     STREAMING,
     TURNS,
-    VERSION_HEADER,
     Notification,
     Request,
     RpcError,
     RpcId,
     answering,
     dumps,
-    error_body,
     error_reason,
-    parse_request,
-    result_of,
-    success,
 )
 from adapter.errors import BodyTooLarge, Refusal, TokenExpired
 from adapter.limits import Limiter
@@ -65,7 +64,6 @@ from adapter.messages import check_message
 from adapter.metrics import Metrics
 from adapter.outage import Outage
 from adapter.principal import PrincipalUser, verify_assertion
-from adapter.responses import refusal_response
 from adapter.streams import Streams, log_internal_error
 from adapter.turns import Turns
 from contract.assertion import AssertionKeys
@@ -96,6 +94,7 @@ class Dispatcher:
     def __init__(
         self,
         *,
+        binding: Binding,
         handler: DefaultRequestHandler,
         keys: AssertionKeys,
         max_body_bytes: int,
@@ -105,6 +104,7 @@ class Dispatcher:
         metrics: Metrics,
         outage: Outage,
     ) -> None:
+        self._binding = binding
         self._keys = keys
         self._max_body = max_body_bytes
         self._turns = turns
@@ -130,7 +130,7 @@ class Dispatcher:
             method = call.request.method
             response, outcome = await self._serve(http, call)
         except Refusal as refusal:
-            response, outcome = refusal_response(refusal), refusal.reason
+            response, outcome = self._binding.refusal(refusal), refusal.reason
         except Notification as notification:  # no reply, nothing run (envelope.py)
             method, response, outcome = (
                 notification.method,
@@ -138,9 +138,9 @@ class Dispatcher:
                 "notification",
             )
         except RpcError as failed:
-            response, outcome = _error(failed.rpc_id, failed.error)
+            response, outcome = self._error(failed.rpc_id, failed.error)
         except A2AError as error:
-            response, outcome = _error(None, error)
+            response, outcome = self._error(None, error)
         self._record(
             http,
             method=method,
@@ -152,11 +152,7 @@ class Dispatcher:
         return response
 
     async def _parse(self, http: web.Request, principal: Principal, token_expires_at: int) -> _Call:
-        body = await self._read_body(http)
-        if http.content_type != JSON:
-            raise ContentTypeNotSupportedError(message="send Content-Type: application/json")
-        version = http.headers.get(VERSION_HEADER) or http.query.get(VERSION_HEADER) or ""
-        request = parse_request(body, version)
+        request = self._binding.read(http, await self._read_body(http))
         if request.method in TURNS:
             with answering(request.rpc_id):
                 check_message(request.params.message)
@@ -197,7 +193,9 @@ class Dispatcher:
         if request.method not in STREAMING:
             return await self._answer_unary(call)
         try:
-            stream = await self._streams.open(request, call.context, call.token_expires_at)
+            stream = await self._streams.open(
+                request, call.context, call.token_expires_at, self._binding
+            )
         except Refusal:
             raise  # the handler's HTTP-level refusal (no room for a new task): handle() answers
         except Exception as exc:  # noqa: BLE001 - see _failed
@@ -208,14 +206,14 @@ class Dispatcher:
         request = call.request
         try:
             value = await self._unary[request.method](request.params, call.context)
-            body = success(request.rpc_id, result_of(request.method, value))
+            status, body = self._binding.answer(request, value)
         except Refusal:
             raise  # the handler's HTTP-level refusal (no room for a new task): handle() answers
         except Exception as exc:  # noqa: BLE001 - see _failed
             return self._failed(request.rpc_id, exc)
         if request.method in STORED:
             self._outage.answered()
-        return web.Response(body=dumps(body), content_type=JSON), "ok"
+        return web.Response(body=dumps(body), status=status, content_type=JSON), "ok"
 
     def _failed(self, rpc_id: RpcId, exc: Exception) -> Answer:
         """An A2A error's own answer; a store that cannot be reached is a 503 (raised as the
@@ -226,9 +224,13 @@ class Dispatcher:
         ):
             raise self._outage.failed(exc) from None
         if isinstance(exc, A2AError):
-            return _error(rpc_id, exc)
+            return self._error(rpc_id, exc)
         log_internal_error(exc)
-        return _error(rpc_id, InternalError())
+        return self._error(rpc_id, InternalError())
+
+    def _error(self, rpc_id: RpcId, error: A2AError) -> Answer:
+        status, body = self._binding.error(rpc_id, error)
+        return web.Response(body=dumps(body), status=status, content_type=JSON), error_reason(error)
 
     def _record(
         self,
@@ -248,7 +250,7 @@ class Dispatcher:
         tracing.annotate(
             f"A2A {method}",
             {
-                "rpc.system": "jsonrpc",
+                "rpc.system": self._binding.name,
                 "rpc.method": method,
                 "orrery.outcome": outcome,
                 "orrery.principal.kind": principal.kind if principal else "none",
@@ -257,6 +259,7 @@ class Dispatcher:
         logs.event(
             logger,
             "a2a_request",
+            binding=self._binding.name,
             method=method,
             outcome=outcome,
             status=status,
@@ -265,11 +268,6 @@ class Dispatcher:
             trace_link=tracing.trace_link(http),
             duration_ms=round(seconds * 1000, 3),
         )
-
-
-def _error(rpc_id: RpcId, error: A2AError) -> Answer:
-    response = web.Response(body=dumps(error_body(rpc_id, error)), content_type=JSON)
-    return response, error_reason(error)
 
 
 def _too_large(limit: int) -> Refusal:

@@ -117,7 +117,7 @@ def parse_request(body: bytes, version: str) -> Request:
         check_version(version)
         if method in PUSH_METHODS:
             raise PushNotificationNotSupportedError()
-        return Request(rpc_id, method, _parse_params(method, raw_params))
+        return Request(rpc_id, method, parse_params(method, raw_params))
 
 
 def loads_utf8(body: bytes) -> Any:
@@ -164,7 +164,9 @@ def check_version(value: str) -> None:
         )
 
 
-def _parse_params(method: str, raw: Any) -> Any:
+def parse_params(method: str, raw: Any) -> Any:
+    """The method's protobuf request from its JSON params (camelCase or snake_case, unknown fields
+    ignored); -32602 for anything else."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -217,13 +219,7 @@ def error_body(rpc_id: RpcId, error: A2AError) -> dict[str, Any]:
     it as well as into a `google.rpc.BadRequest` detail, so the list is dropped from the metadata
     (BadRequest keeps it) and any other non-string value is JSON-encoded.
     """
-    details = _details(error)
-    info = details[0]
-    info["metadata"] = {
-        key: value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-        for key, value in info["metadata"].items()
-        if not (key == "errors" and len(details) > 1)
-    }
+    details = error_details(error)
     return {
         "jsonrpc": "2.0",
         "id": rpc_id,
@@ -233,6 +229,19 @@ def error_body(rpc_id: RpcId, error: A2AError) -> dict[str, Any]:
             "data": details,
         },
     }
+
+
+def error_details(error: A2AError) -> list[dict[str, Any]]:
+    """The error's `details`: its `google.rpc.ErrorInfo` first, with a string-only `metadata`
+    (see `error_body`), then any `google.rpc.BadRequest` the SDK adds."""
+    details = _details(error)
+    info = details[0]
+    info["metadata"] = {
+        key: value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        for key, value in info["metadata"].items()
+        if not (key == "errors" and len(details) > 1)
+    }
+    return details
 
 
 def error_reason(error: A2AError) -> str:

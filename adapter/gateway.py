@@ -10,7 +10,11 @@ the action the person was shown: a `Proposal` carries the `action_digest` of the
 `mismatch` (nothing consumed, nothing may run) when the plan changed in between.
 
 `ORRERY_A2A_GATEWAY=module:factory` loads another implementation: `factory(GatewayContext)` returns
-the gateway (or an awaitable of it). The default is `adapter.demo_gateway:create`.
+the gateway (or an awaitable of it). The default is `gateways.demo:create`. Two optional
+members complete the seam: the factory's module may define `check(env) -> list[str]` (what
+`python -m adapter check` adds to its report: a missing extra, a bad setting of the gateway's
+own), and the gateway may define `async aclose()` (called once when the adapter stops, after the
+last turn: connections it opened close).
 
 The confirmation store's contract and rows (`ConfirmationStore`, `Confirmation`, `Proposal`, the
 decision and gate outcomes) are defined with the other store contracts in `stores/protocols.py`
@@ -23,10 +27,13 @@ import importlib
 import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from prometheus_client import CollectorRegistry
+
 from adapter.errors import GatewayLoadError
+from adapter.messages import MAX_CHARS as MESSAGE_MAX_CHARS
 from adapter.stores.protocols import (
     Confirmation,
     ConfirmationStore,
@@ -41,6 +48,7 @@ from contract.identity import Principal
 
 __all__ = [
     "DEFAULT_GATEWAY",
+    "MESSAGE_MAX_CHARS",
     "REDACTED",
     "AgentGateway",
     "Confirmation",
@@ -56,11 +64,13 @@ __all__ = [
     "Status",
     "Turn",
     "action_digest",
+    "close_gateway",
+    "gateway_problems",
     "load_gateway",
     "redact",
 ]
 
-DEFAULT_GATEWAY = "adapter.demo_gateway:create"
+DEFAULT_GATEWAY = "gateways.demo:create"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +135,14 @@ class AgentGateway(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class GatewayContext:
-    """What a gateway factory gets from the adapter."""
+    """What a gateway factory gets from the adapter: the approvals, the process environment (a
+    gateway builds its own frozen settings from it) and the adapter's metrics registry (a
+    gateway's metrics are served on the adapter's `/metrics`)."""
 
     confirmations: ConfirmationStore
     approval_ttl: float
+    env: Mapping[str, str] = field(default_factory=dict)
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
 
 _SECRET_NAME = re.compile(
@@ -181,6 +195,25 @@ def gateway_factory(spec: str | None) -> Callable[[GatewayContext], Any]:
         raise GatewayLoadError(f"ORRERY_A2A_GATEWAY: {spec!r} is not callable")
     # loaded by name from the environment: callable is all Python can check here
     return factory  # type: ignore[no-any-return]
+
+
+def gateway_problems(spec: str | None, env: Mapping[str, str]) -> list[str]:
+    """What `python -m adapter check` reports of the gateway: the factory must import, and the
+    `check(env)` its module may define finds the rest (without building the gateway: building may
+    open connections)."""
+    try:
+        factory = gateway_factory(spec)
+    except GatewayLoadError as exc:
+        return [str(exc)]
+    check = getattr(importlib.import_module(factory.__module__), "check", None)
+    return list(check(env)) if callable(check) else []
+
+
+async def close_gateway(gateway: AgentGateway) -> None:
+    """Let a gateway that opened connections close them (`aclose`, optional)."""
+    close = getattr(gateway, "aclose", None)
+    if close is not None:
+        await close()
 
 
 async def load_gateway(spec: str | None, context: GatewayContext) -> AgentGateway:

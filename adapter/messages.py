@@ -19,8 +19,11 @@ Format characters (Unicode category Cf) are refused for the same reason, one lev
 invisible. Bidirectional overrides and isolates (U+202A to U+202E, U+2066 to U+2069) make text
 *read* differently from what it is (also to the person approving an action the text asked for),
 and zero-width characters, soft hyphens and the invisible tag characters (U+E0000 to U+E007F)
-carry text a model reads and a person does not. Escaping them on the way out would not help:
-every JSON reader turns `\u202e` back into the character. Two are allowed: the zero-width
+carry text a model reads and a person does not. The unassigned code points Unicode reserves as
+default-ignorable (U+2065, U+FFF0 to U+FFF8, U+E0000 to U+E0FFF outside the assigned ones) are
+refused with them: a reader that knows a later Unicode shows them as nothing too
+(`contract.identity.is_invisible`, the identifiers' rule). Escaping them on the way out would
+not help: every JSON reader turns `\u202e` back into the character. Two are allowed: the zero-width
 non-joiner and joiner (U+200C, U+200D), which emoji sequences and several scripts need and which
 cannot reorder or hide text.
 """
@@ -28,13 +31,13 @@ cannot reorder or hide text.
 from __future__ import annotations
 
 import re
-import unicodedata
 
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import A2AError, ContentTypeNotSupportedError, InvalidParamsError
 from google.protobuf.json_format import MessageToDict
 
 from adapter.function_shapes import names_a_tool, reads_as_tool_io
+from contract.identity import is_invisible
 
 MAX_CHARS = 8192
 # The body that carries the longest message in the worst escaping a JSON client may use: a
@@ -106,11 +109,7 @@ def check_message(message: pb.Message) -> str:
 def _has_format_character(text: str) -> bool:
     if text.isascii():  # no format character is ASCII
         return False
-    return any(
-        unicodedata.category(ch) == "Cf"
-        for ch in set(text)
-        if not ch.isascii() and ch not in JOINERS
-    )
+    return any(is_invisible(ch) for ch in set(text) if not ch.isascii() and ch not in JOINERS)
 
 
 def _tool_metadata(message: pb.Message) -> bool:

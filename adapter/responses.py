@@ -37,15 +37,18 @@ def orrery_error_body(
         "error": {
             "code": ORRERY_CODE,
             "message": message,
-            "data": [
-                {
-                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                    "reason": reason,
-                    "domain": ORRERY_DOMAIN,
-                    "metadata": metadata,
-                }
-            ],
+            "data": [orrery_error_info(reason, metadata)],
         },
+    }
+
+
+def orrery_error_info(reason: str, metadata: dict[str, str]) -> dict[str, Any]:
+    """A `google.rpc.ErrorInfo` of the edge's own: domain `orrery-a2a`, `reason` its stable code."""
+    return {
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": reason,
+        "domain": ORRERY_DOMAIN,
+        "metadata": metadata,
     }
 
 

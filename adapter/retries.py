@@ -1,21 +1,25 @@
-"""Retries: a `messageId` names one message, so a send seen before gets its first answer.
+"""Retries: a message sent again gets its first answer, and its turn runs once.
 
 Spec 3.3.1: "Send Message operations MAY be idempotent. Agents may utilize the messageId to detect
 duplicate messages." A client that lost an answer (a timeout, a dropped connection) sends the same
 message again; running its turn twice would ask the agent twice — and propose a guarded action
 twice. So:
 
-* A message is named by (principal, scope, `messageId`); the scope is the task the message names,
-  or, for a message that starts a task, the `contextId` it was sent with (none is one scope too).
+* A message is named by (principal, scope, `messageId`, content); the scope is the task the
+  message names, or, for a message that starts a task, the `contextId` it was sent with (none is
+  one scope too); the content is everything but the ids the server may fill in (`fingerprint`).
 * The first send of a message claims it for its task (`MessageClaims`: one atomic claim, in memory
   or in PostgreSQL across replicas) and runs. Every other send of the same message in the same
   scope — a retry, or a duplicate racing the first — runs nothing: it is answered with that task
   once the message's turn is over (`returnImmediately`: at once), as the task then stands.
-* The same id with another message (other content: parts, role, metadata…) in the same scope is
-  refused: -32602, `ErrorInfo.metadata.rule` = `message_id_reused`. The first message's answer is
-  not this one's, and a task's history holds one message per id.
+* The same id with another message (other content: parts, role, metadata…) is another message: it
+  runs (docs/decisions.md, D9). The spec makes duplicate detection optional and never lets an
+  agent refuse a send for its id, and clients do reuse ids (the A2A TCK sends one id with several
+  messages): refusing them cost conformance, and a retry never changes its content.
 * A message naming a task is also looked up in that task's history, which holds the task's first
-  message (claimed in its context's scope) and messages from before claims were kept.
+  message (claimed in its context's scope) and messages from before claims were kept. The a2a-sdk
+  keeps one message per id in a task's history, so a later message under an id already there runs
+  but is not added to it; its turn is over when the task is no longer submitted or working.
 
 A first send that fails before its message reaches its task gives its claim back, so a retry runs
 it. A first send whose process died before it stored its task leaves a claim that no task
@@ -32,14 +36,13 @@ from dataclasses import dataclass
 
 from a2a.server.context import ServerCallContext
 from a2a.types import a2a_pb2 as pb
-from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
+from a2a.utils.errors import UnsupportedOperationError
 
 from adapter.principal import owner_of
 from adapter.stores.protocols import TERMINAL, MessageClaims, SdkTaskStore, TaskStore, read_task
 
 POLL_SECONDS = 0.1  # how often a retry looks whether the first send's turn is over
 ORPHAN_SECONDS = 30.0  # a claim this old whose task was never stored is taken over by a retry
-RULE = "message_id_reused"
 _CLAIMED = "orrery.claimed"  # ServerCallContext.state: the `Claimed` of a first send
 _RUNNING = frozenset({pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING})
 
@@ -71,9 +74,10 @@ def fingerprint(message: pb.Message) -> str:
     return hashlib.sha256(content.SerializeToString(deterministic=True)).hexdigest()
 
 
-def claim_key(scope: str, message_id: str) -> str:
-    """A fixed-size key for (scope, messageId): unambiguous, and storable whatever the id holds."""
-    encoded = json.dumps([scope, message_id], ensure_ascii=True, separators=(",", ":"))
+def claim_key(scope: str, message_id: str, content: str) -> str:
+    """A fixed-size key for (scope, messageId, content fingerprint): unambiguous, and storable
+    whatever the id holds."""
+    encoded = json.dumps([scope, message_id, content], ensure_ascii=True, separators=(",", ":"))
     return hashlib.sha256(encoded.encode("ascii")).hexdigest()
 
 
@@ -91,15 +95,9 @@ def refuse_terminal(task: pb.Task) -> None:
         )
 
 
-def _reused() -> InvalidParamsError:
-    return InvalidParamsError(
-        message="this messageId names another message here; send a new message with a new id",
-        data={"rule": RULE},
-    )
-
-
 def _sent(task: pb.Task, message_id: str) -> pb.Message | None:
-    """The caller's message with this id in the task's history, if any."""
+    """The caller's message with this id in the task's history, if any (one at most: the SDK
+    adds no second message under an id)."""
     found: pb.Message | None = next(
         (m for m in task.history if m.message_id == message_id and m.role == pb.ROLE_USER), None
     )
@@ -133,32 +131,32 @@ class Retries:
     async def admit(self, message: pb.Message, context: ServerCallContext) -> Retry | None:
         """None for the first send of `message`: run it. A `Retry` for any other send of it.
 
-        Raises -32602 (`message_id_reused`) for another message under a used id, and -32004 for a
-        first message to a finished task. A message naming a task that is not the caller's is
-        left to the SDK, which answers -32001 before it builds anything.
+        Raises -32004 for a first message to a finished task. A message naming a task that is not
+        the caller's is left to the SDK, which answers -32001 before it builds anything.
         """
         fp = fingerprint(message)
+        owner = owner_of(context)
         if message.task_id:
             task = await read_task(self._tasks, message.task_id, context)  # owner-scoped
             if task is None:
                 return None
             earlier = _sent(task, message.message_id)
-            if earlier is not None:
-                if fingerprint(earlier) != fp:
-                    raise _reused()
+            if earlier is not None and fingerprint(earlier) == fp:
                 return Retry(task.id, message.message_id, None)
-            refuse_terminal(task)
-            key, candidate = claim_key("task:" + task.id, message.message_id), task.id
+            key, candidate = claim_key("task:" + task.id, message.message_id, fp), task.id
+            if task.status.state in TERMINAL:
+                # a retry of a message its history could not hold, once its turn ended the task
+                claim = await self._claims.get(owner, key)
+                if claim is not None and claim.task_id == task.id:
+                    return Retry(task.id, message.message_id, key)
+                refuse_terminal(task)
         else:
-            key = claim_key("context:" + message.context_id, message.message_id)
+            key = claim_key("context:" + message.context_id, message.message_id, fp)
             candidate = str(uuid.uuid4())
-        owner = owner_of(context)
         while True:
             claim = await self._claims.claim(owner, key, task_id=candidate, fingerprint=fp)
             if claim.mine:
                 break
-            if claim.fingerprint != fp:
-                raise _reused()
             if not await self._orphaned(claim.task_id, claim.age, context):
                 return Retry(claim.task_id, message.message_id, key)
             if await self._claims.take_over(

@@ -1,8 +1,9 @@
 """The SSE answers of `SendStreamingMessage` and `SubscribeToTask`.
 
 An error before the first event is raised to the dispatcher (`Streams.open`), which answers it as
-plain JSON. After it (`OpenStream.serve`), the answer is `text/event-stream`: one full JSON-RPC
-response per `data:` event, the Task first (a follow-up's stream leads with the task's snapshot,
+plain JSON. After it (`OpenStream.serve`), the answer is `text/event-stream`: one `StreamResponse`
+per `data:` event in the binding's shape (JSON-RPC: a full JSON-RPC response; HTTP+JSON: the
+`StreamResponse` itself), the Task first (a follow-up's stream leads with the task's snapshot,
 spec 3.1.2); a mid-stream error is an `event: error`. A turn's stream (`SendStreamingMessage`)
 ends with the turn, at a terminal or interrupted state; a subscription (`SubscribeToTask`)
 follows the task to its end (spec 3.1.6): it stays open while the task waits for input, so its
@@ -35,18 +36,9 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import A2AError, InternalError
 from aiohttp import web
 
-from adapter.envelope import (
-    Request,
-    RpcId,
-    dumps,
-    error_body,
-    error_reason,
-    stream_result,
-    success,
-    task_result,
-)
+from adapter.bindings import Binding
+from adapter.envelope import Request, RpcId, dumps, error_reason, stream_result, task_result
 from adapter.outage import Outage
-from adapter.responses import orrery_error_body
 from adapter.stores.protocols import INTERRUPTED, TERMINAL
 from runtime import logs
 
@@ -122,11 +114,11 @@ class Streams:
         self.outage = outage
 
     async def open(
-        self, call: Request, context: ServerCallContext, token_expires_at: float
+        self, call: Request, context: ServerCallContext, token_expires_at: float, binding: Binding
     ) -> OpenStream:
         """The call's stream at its first event; raises the A2A error (or unexpected exception)
         that came before it, which the dispatcher answers as plain JSON. The stream ends at
-        `token_expires_at` (epoch seconds) at the latest."""
+        `token_expires_at` (epoch seconds) at the latest; its events are in `binding`'s shape."""
         if call.method == "SubscribeToTask":
             events: Events = self.handler.on_subscribe_to_task(call.params, context)
         else:
@@ -138,7 +130,9 @@ class Streams:
         except BaseException:
             await events.aclose()
             raise
-        return OpenStream(self, call, context, events, first, deadline=token_expires_at)
+        return OpenStream(
+            self, call, context, events, first, deadline=token_expires_at, binding=binding
+        )
 
 
 class OpenStream:
@@ -153,8 +147,10 @@ class OpenStream:
         first: Any,
         *,
         deadline: float,
+        binding: Binding,
     ) -> None:
         self._streams = streams
+        self._binding = binding
         self._deadline = deadline
         self._rpc_id: RpcId = call.rpc_id
         self._ends_at = _ENDS[call.method]
@@ -187,7 +183,7 @@ class OpenStream:
         task_id = ""
         while True:
             task_id = event.id if isinstance(event, pb.Task) else getattr(event, "task_id", task_id)
-            await self._write(success(self._rpc_id, stream_result(event)))
+            await self._write(self._binding.event(self._rpc_id, stream_result(event)))
             if _ends_stream(event, self._ends_at):
                 return "ok"
             pending = asyncio.ensure_future(anext(self._events))
@@ -197,9 +193,8 @@ class OpenStream:
                 return waited
             if waited == "token_expired":
                 message = "the caller's bearer token expired; subscribe again with a new token"
-                await self._write(
-                    orrery_error_body(self._rpc_id, "TOKEN_EXPIRED", message, {}), event="error"
-                )
+                _, body = self._binding.edge_error(self._rpc_id, "TOKEN_EXPIRED", message, {}, 401)
+                await self._write(body, event="error")
                 return waited
             try:
                 event = pending.result()
@@ -251,7 +246,7 @@ class OpenStream:
         except A2AError as error:
             await self._fail(error)
             return
-        await self._write(success(self._rpc_id, task_result(task)))
+        await self._write(self._binding.event(self._rpc_id, task_result(task)))
 
     async def _error(self, exc: Exception) -> str:
         """End the stream with an error event: the A2A error, a store outage's retryable
@@ -269,15 +264,16 @@ class OpenStream:
         (`outage.py`); the caller reads or subscribes again."""
         refusal = self._streams.outage.failed(exc)
         metadata = {"retry_after": str(refusal.retry_after)}
-        await self._write(
-            orrery_error_body(self._rpc_id, "STORE_UNAVAILABLE", refusal.description, metadata),
-            event="error",
+        _, body = self._binding.edge_error(
+            self._rpc_id, "STORE_UNAVAILABLE", refusal.description, metadata, refusal.status
         )
+        await self._write(body, event="error")
         return refusal.reason
 
     async def _fail(self, error: A2AError) -> str:
         """Send `error` as an `error` event; its reason is the stream's outcome."""
-        await self._write(error_body(self._rpc_id, error), event="error")
+        _, body = self._binding.error(self._rpc_id, error)
+        await self._write(body, event="error")
         return error_reason(error)
 
     async def _write(self, body: Any, *, event: str | None = None) -> None:

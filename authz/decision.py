@@ -10,8 +10,11 @@ refusal first:
     1. reserved header  → 400 reserved_header
     2. hop header       → 508 loop_detected
     3. Authorization    → 401 missing_credential / token_invalid
-    4. token            → 401 token_* / unknown_key, 503 keys_unavailable
-    5. principal        → 403 forbidden / insufficient_scope (incl. an identity too large to sign)
+    4. token            → 401 token_* / unknown_key, 503 keys_unavailable; just before its
+                          signature is checked, 429 new_token_rate_limited / 503
+                          verification_busy (`admission.py`: a token not verified yet pays)
+    5. principal        → 401 token_invalid (an identity claim that names nobody, or too large to
+                          sign), 403 forbidden / insufficient_scope
     6. rate limit       → 429 rate_limited, 503 limiter_unavailable
     7. allow            → the signed x-orrery-principal assertion (+ trace link)
 
@@ -27,8 +30,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from authz import credentials
+from authz.admission import Admission, client_of
 from authz.callers import Caller, CallerMemo
-from authz.errors import Denial, Forbidden
+from authz.errors import Denial, InvalidToken
 from authz.limits import Limiter
 from authz.principal import RoleRules, SurfaceRules
 from authz.settings import TokenRules
@@ -46,11 +50,14 @@ from contract.tracing import trace_link
 @dataclass(slots=True)
 class CheckView:
     """What the decision needs from a check: headers (lowercase names), the route's surface
-    label (our Envoy sets one; Istio cannot) and the request path (query string included)."""
+    label (our Envoy sets one; Istio cannot), the request path (query string included) and, when
+    the transport has one, the client's address as the proxy saw it — asked for only when a
+    signature is to be checked (`admission.client_of`)."""
 
     headers: Mapping[str, str]
     surface: str | None
     path: str
+    peer: Callable[[], str] | None = None
 
 
 @dataclass(slots=True)
@@ -88,11 +95,13 @@ class Unsettled:
     token: str
     now: float
     caller: Caller | None
+    peer: Callable[[], str] | None = None
 
 
 class Decider:
     """Holds the long-lived parts: the key store via the verifier, the callers derived so far
-    (`CallerMemo`, at most `memo_size` per surface), the limiter and the keys to sign with.
+    (`CallerMemo`, at most `memo_size` per surface), the limiter, the signature-check budgets
+    (`Admission`) and the keys to sign with.
 
     `decide_now` runs the checks in order as far as it can without an await — all the way for a
     cached token and the in-process limiter, the common case — so a transport can answer such a
@@ -108,6 +117,7 @@ class Decider:
         limiter: Limiter,
         assertion_keys: assertion.AssertionKeys,
         *,
+        admission: Admission,
         memo_size: int,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -119,6 +129,7 @@ class Decider:
         surfaces = SurfaceRules(rules.audience, rules.console_audience, rules.console_clients)
         self._callers = CallerMemo(roles, surfaces, assertion_keys, memo_size)
         self._limiter = limiter
+        self._admission = admission
         self._clock = clock
 
     async def decide(self, view: CheckView) -> Allow | Deny:
@@ -143,7 +154,7 @@ class Decider:
             now = self._clock()
             verified = self._verifier.cached(token, self._audiences[surface], now)
             if verified is None:
-                return Unsettled(headers, surface, rid, token, now, None)
+                return Unsettled(headers, surface, rid, token, now, None, view.peer)
             caller = self._callers.caller(token, verified, surface)
             who = caller.principal
             if not self._limiter.in_process:
@@ -155,14 +166,17 @@ class Decider:
         return Allow(caller, surface, rid, signed, trace_link(headers.get(TRACEPARENT_HEADER)))
 
     async def settle(self, check: Unsettled) -> Allow | Deny:
-        """Finish what `decide_now` began: verify the token (unless cached), then the same steps
-        as there, awaiting the limiter when it is in Redis."""
+        """Finish what `decide_now` began: verify the token (unless cached; its signature check
+        paid from the client's and the process's budgets), then the same steps as there,
+        awaiting the limiter when it is in Redis."""
         who: Principal | None = None
         try:
             caller = check.caller
             if caller is None:
                 audience = self._audiences[check.surface]
-                verified = await self._verifier.verify(check.token, audience, check.now)
+                verified = await self._verifier.verify(
+                    check.token, audience, check.now, admit=lambda: self._admit(check)
+                )
                 caller = self._callers.caller(check.token, verified, check.surface)
             who = caller.principal
             signed = _signed(caller, check.request_id, check.now)
@@ -172,10 +186,15 @@ class Decider:
         link = trace_link(check.headers.get(TRACEPARENT_HEADER))
         return Allow(caller, check.surface, check.request_id, signed, link)
 
+    def _admit(self, check: Unsettled) -> None:
+        self._admission.admit(client_of(check.headers, check.peer))
+
 
 def _signed(caller: Caller, request_id: str, now: float) -> str:
-    """The caller's assertion for this request, or 403 when its identity is too large to sign."""
+    """The caller's assertion for this request, or 401 `token_invalid` when the token's identity
+    is too large to assert: like a malformed identity claim, its claims cannot name anyone (the
+    request's own part, its id, is at most 128 bytes, which the bound allows for)."""
     signed = caller.signer.sign(request_id, int(now))
     if len(signed) > assertion.MAX_ASSERTION_BYTES:
-        raise Forbidden("the caller's identity is too large to assert")
+        raise InvalidToken("token identity claims are too large")
     return signed

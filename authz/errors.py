@@ -103,17 +103,40 @@ class InsufficientScope(Forbidden):
     reason = "insufficient_scope"
 
 
-class RateLimited(Denial):
+class Throttled(Denial):
+    """A refusal of work authz will not do now, saying when to retry (`Retry-After`, whole
+    seconds): a subject's spent budget, or a signature check past its bounds (`admission.py`)."""
+
+    def __init__(self, description: str, *, retry_after: int):
+        super().__init__(description)
+        self.retry_after = retry_after
+
+
+class RateLimited(Throttled):
     """429: the subject spent its budget; `retry_after` is whole seconds until it may retry."""
 
     status = 429
     reason = "rate_limited"
 
     def __init__(self, description: str, *, retry_after: int, policy: str, remaining: int = 0):
-        super().__init__(description)
-        self.retry_after = retry_after
+        super().__init__(description, retry_after=retry_after)
         self.policy = policy
         self.remaining = remaining
+
+
+class NewTokensLimited(Throttled):
+    """429: this client address has had its share of signature checks for now."""
+
+    status = 429
+    reason = "new_token_rate_limited"
+
+
+class VerificationBusy(Throttled):
+    """503: this process is checking as many signatures a second as it may; tokens it verified
+    before are still served."""
+
+    status = 503
+    reason = "verification_busy"
 
 
 class Unavailable(Denial):

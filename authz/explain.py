@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO, get_args
 
+from authz.admission import Admission
 from authz.decision import Allow, CheckView, Decider
 from authz.jwks import KeyStore, source_for
 from authz.limits import Limiter
@@ -108,6 +109,7 @@ async def explain(settings: AuthzSettings, token: str) -> list[Verdict]:
         TokenVerifier(settings.tokens, keys, cache_size=0),
         Limiter(limits),
         settings.assertion_keys,
+        admission=Admission(settings.admission),
         memo_size=len(SURFACES),
     )
     verdicts = []

@@ -25,11 +25,20 @@ What it reads back:
 usable keys are loaded and no stop has begun, else 503: what gRPC health says on the gRPC port.
 
 Fail closed: a request this module cannot read — malformed HTTP, a head over `MAX_HEAD_BYTES` or
-`MAX_HEADERS` fields, any body, an upgrade, a path outside `CHECK_PREFIX` — is answered 400 (never
-200) and its connection closed. The per-request path stays allocation-light: `httptools` (llhttp)
-calls back with bytes, the headers become one dict, answers are pre-encoded bytes with the
-assertion spliced in, a denial's bytes are built once per distinct denial, and a check decided
-without an await is answered inside `data_received`, without a Task (`CheckConnection._drain`).
+`MAX_HEADERS` fields, any body, trailers (only the header section is what Envoy asks about), an
+upgrade, a path outside `CHECK_PREFIX` — is answered 400 (never 200) and its connection closed.
+
+A check carries the original method, so the check for a HEAD request is a HEAD: its answer has
+no body (HTTP/1.1: a response to HEAD never has one), else the denial's body would be read as the
+start of the next answer on the connection (`_HeadCheck`). What one peer may hold is bounded:
+`max_connections` open at once (one more is closed at once, unread) and a connection with
+nothing to answer for `idle_timeout` is closed (`HttpChecks._close_idle`; our Envoy closes its
+idle connections to authz sooner, envoy/envoy.yaml).
+
+The per-request path stays allocation-light: `httptools` (llhttp) calls back with bytes, the
+headers become one dict, answers are pre-encoded bytes with the assertion spliced in, a denial's
+bytes are built once per distinct denial, and a check decided without an await is answered
+inside `data_received`, without a Task (`CheckConnection._drain`).
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ import os
 import socket
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import cast
 
 import httptools
@@ -122,6 +132,11 @@ def _denied(
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
+def headers_only(answer: bytes) -> bytes:
+    """`answer` as the answer to a HEAD check: its head, without the body."""
+    return answer[: answer.index(b"\r\n\r\n") + 4]
+
+
 def encode(result: Allow | Deny) -> bytes:
     if isinstance(result, Allow):
         return allowed(result.assertion, result.trace_link)
@@ -132,13 +147,33 @@ class _Unreadable(Exception):
     """The request is not one this transport reads (raised inside parser callbacks)."""
 
 
+@dataclass(slots=True)
+class _HeadCheck:
+    """A check for a HEAD request, queued: answered like any other, then without its body."""
+
+    item: CheckView | Pending
+
+
+Queued = CheckView | Pending | _HeadCheck | bytes
+
+
 class HttpChecks:
     """The HTTP transport of one authz process: its listening server and open connections."""
 
-    def __init__(self, checker: Checker, usable: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        checker: Checker,
+        usable: Callable[[], bool],
+        *,
+        idle_timeout: float = 300.0,
+        max_connections: int = 1024,
+    ) -> None:
         self._checker = checker
         self._usable = usable
         self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self.idle_timeout = idle_timeout
+        self.max_connections = max_connections
         self.connections: set[CheckConnection] = set()
         self.stopping = False
 
@@ -154,8 +189,20 @@ class HttpChecks:
             # asyncio rewords the system's reason; name it the way the other addresses do.
             plain = OSError(exc.errno, os.strerror(exc.errno)) if exc.errno else exc
             raise cannot_listen(ADDRESS_VARIABLE, addr, plain) from None
+        self._sweeper = loop.create_task(self._close_idle(), name="authz-http-idle")
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
+
+    async def _close_idle(self) -> None:
+        """Close connections with nothing to answer for `idle_timeout`, looking a few times per
+        timeout (one timer for all, not one per connection and request)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.idle_timeout / 4)
+            since = loop.time() - self.idle_timeout
+            for connection in list(self.connections):
+                if connection.last_active < since and connection.idle():
+                    connection.close()
 
     def health(self) -> bytes:
         return SERVING if self._usable() and not self.stopping else NOT_SERVING
@@ -177,6 +224,8 @@ class HttpChecks:
     async def stop(self, grace: float) -> None:
         """Stop accepting, let checks in flight finish for up to `grace` seconds, close all."""
         self.stopping = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
         busy = [c.task for c in self.connections if c.task is not None and not c.task.done()]
@@ -196,13 +245,19 @@ class CheckConnection(asyncio.Protocol):
         self._url = b""
         self._headers: dict[str, str] = {}
         self._head_bytes = 0
-        self._queue: deque[CheckView | Pending | bytes] = deque()
+        self._in_head = False
+        self._queue: deque[Queued] = deque()
         self._paused = False
         self.task: asyncio.Task[None] | None = None
+        self._loop = asyncio.get_running_loop()
+        self.last_active = self._loop.time()
 
     # --- the connection -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if len(self._checks.connections) >= self._checks.max_connections:
+            transport.close()  # over the cap: not read, not answered
+            return
         self._transport = cast(asyncio.Transport, transport)  # a TCP server's: always one
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -218,9 +273,14 @@ class CheckConnection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def idle(self) -> bool:
+        """Nothing queued or being answered: closing loses no check."""
+        return not self._queue and (self.task is None or self.task.done())
+
     def data_received(self, data: bytes) -> None:
         if self._transport is None or self._transport.is_closing():
             return
+        self.last_active = self._loop.time()
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, _Unreadable):
@@ -239,6 +299,7 @@ class CheckConnection(asyncio.Protocol):
         self._url = b""
         self._headers = {}
         self._head_bytes = 0
+        self._in_head = True
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -249,14 +310,15 @@ class CheckConnection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_bytes += len(name) + len(value)
         headers = self._headers
-        if self._head_bytes > MAX_HEAD_BYTES or len(headers) >= MAX_HEADERS:
-            raise _Unreadable
+        if self._head_bytes > MAX_HEAD_BYTES or len(headers) >= MAX_HEADERS or not self._in_head:
+            raise _Unreadable  # too much, or a trailer (llhttp reports those as headers too)
         key = _NAMES.get(name) or _header_name(name)
         text = value.decode("latin-1")
         # Repeated fields are joined with "," as in the gRPC CheckRequest's `headers` map.
         headers[key] = f"{headers[key]},{text}" if key in headers else text
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
         if self._parser.should_upgrade():
             raise _Unreadable
 
@@ -267,7 +329,8 @@ class CheckConnection(asyncio.Protocol):
         url = self._url
         if url.startswith(CHECK_PREFIX + b"/"):
             path = url[len(CHECK_PREFIX) :].decode("utf-8", "surrogateescape")
-            self._queue.append(CheckView(headers=self._headers, surface=None, path=path))
+            view = CheckView(headers=self._headers, surface=None, path=path)
+            self._queue.append(_HeadCheck(view) if self._parser.get_method() == b"HEAD" else view)
         elif url == HEALTH_PATH and self._parser.get_method() == b"GET":
             self._queue.append(self._checks.health())
         else:
@@ -295,9 +358,8 @@ class CheckConnection(asyncio.Protocol):
             if self._closed():  # pipelined after a close: neither decided nor answered
                 queue.clear()
                 return
-            item = queue[0]
-            answer = self._checks.begin(item) if isinstance(item, CheckView) else item
-            if isinstance(answer, Pending):
+            answer = self._begin(queue[0])
+            if not isinstance(answer, bytes):
                 queue[0] = answer
                 self.task = asyncio.get_running_loop().create_task(self._answer_queued())
                 return
@@ -308,12 +370,26 @@ class CheckConnection(asyncio.Protocol):
     async def _answer_queued(self) -> None:
         queue = self._queue
         while queue and not self._closed():
-            item = queue.popleft()
-            if isinstance(item, CheckView):
-                item = self._checks.begin(item)
-            answer = await self._checks.finish(item) if isinstance(item, Pending) else item
+            answer = await self._finish(self._begin(queue.popleft()))
             if not self._send(answer):
                 return
+
+    def _begin(self, item: Queued) -> bytes | Pending | _HeadCheck:
+        """The answer to `item` if it is decided without an await, else what is still to do."""
+        if isinstance(item, CheckView):
+            return self._checks.begin(item)
+        if isinstance(item, _HeadCheck):
+            inner = item.item
+            begun = self._checks.begin(inner) if isinstance(inner, CheckView) else inner
+            return headers_only(begun) if isinstance(begun, bytes) else _HeadCheck(begun)
+        return item
+
+    async def _finish(self, item: bytes | Pending | _HeadCheck) -> bytes:
+        if isinstance(item, Pending):
+            return await self._checks.finish(item)
+        if isinstance(item, _HeadCheck):
+            return headers_only(await self._finish(self._begin(item.item)))
+        return item
 
     def _closed(self) -> bool:
         return self._transport is None or self._transport.is_closing()
@@ -331,6 +407,7 @@ class CheckConnection(asyncio.Protocol):
             self._queue.clear()
             return False
         transport.write(answer)
+        self.last_active = self._loop.time()
         if self._paused and len(self._queue) < MAX_QUEUED:
             self._paused = False
             transport.resume_reading()

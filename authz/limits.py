@@ -47,7 +47,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from authz.errors import LimiterUnavailable, RateLimited
-from authz.settings import RateLimitSettings
+from authz.settings import Budget, RateLimitSettings
 from runtime import logs
 
 REDIS_PREFIX = "orrery-a2a:rl:"
@@ -83,11 +83,12 @@ class Quota:
 
 
 class LocalLimiter:
-    """GCRA over an LRU-ordered dict, in this process only."""
+    """GCRA over an LRU-ordered dict, in this process only: the per-subject fallback, and the
+    signature-check budgets (`admission.py`)."""
 
     def __init__(
         self,
-        settings: RateLimitSettings,
+        settings: RateLimitSettings | Budget,
         *,
         clock: Callable[[], float] = time.monotonic,
         on_evict: Callable[[], None] = lambda: None,

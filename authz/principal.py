@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from authz.errors import Forbidden, InsufficientScope
+from authz.errors import Forbidden, InsufficientScope, InvalidToken
 from contract.identity import AUTONOMY_LEVELS, Autonomy, Kind, Principal, Surface, is_identifier
 
 # Prior actors nest inside `act` (RFC 8693 §4.1); real chains are short, and the bound keeps a
@@ -47,7 +47,10 @@ class SurfaceRules:
 def derive(
     claims: Mapping[str, Any], surface: Surface, rules: RoleRules, surfaces: SurfaceRules
 ) -> Principal:
-    """Turn the claims of a verified token into the caller's principal, or raise a 403 `Denial`.
+    """Turn the claims of a verified token into the caller's principal, or raise a `Denial`:
+    401 `token_invalid` when an identity claim is not an identifier — a token whose claims cannot
+    name anyone is an invalid token, whichever claim it is (docs/contract.md#identifiers) — else
+    403 when the caller named may not use this surface.
 
     * Either surface: a token whose `aud` names both audiences is refused — it is for one kind
       of caller or the other, never both (docs/contract.md#who-is-a-human).
@@ -114,7 +117,7 @@ def _optional_str(claims: Mapping[str, Any], name: str) -> str:
     if value is None or value == "":
         return ""
     if not is_identifier(value):
-        raise Forbidden(f"{name} claim is malformed")
+        raise InvalidToken(f"token {name} is malformed")
     return value
 
 
@@ -130,7 +133,7 @@ def _acting_agent(act: Any) -> str:
         if "act" not in current:
             return actors[0]
         current = current["act"]
-    raise Forbidden("act claim is malformed")
+    raise InvalidToken("token act is malformed")
 
 
 def _role(claims: Mapping[str, Any], rules: RoleRules) -> tuple[str, Autonomy]:

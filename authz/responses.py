@@ -11,7 +11,8 @@ trace becomes a span link, not a parent), and `x-orrery-trace-link` when authz s
 
 Denial (`DeniedHttpResponse`): the status, `content-type: application/json`, `cache-control:
 no-store`, RFC 6750 `WWW-Authenticate` on 401 (and on 403 `insufficient_scope`), `Retry-After`
-plus the IETF `RateLimit-Policy`/`RateLimit` fields on 429, and the body
+plus the IETF `RateLimit-Policy`/`RateLimit` fields on 429 `rate_limited`, `Retry-After` on the
+signature-check bounds' 429 and 503 (`errors.Throttled`), and the body
 `{"error": reason, "error_description": description}`. A denial is a normal response with a
 non-OK `status`; only a bug becomes a gRPC error (Envoy then fails closed with 503).
 """
@@ -37,6 +38,7 @@ from authz.errors import (
     InvalidRequest,
     MissingCredential,
     RateLimited,
+    Throttled,
     Unauthenticated,
 )
 from contract.headers import (
@@ -178,12 +180,12 @@ def denial_headers(denial: Denial) -> list[tuple[str, str]]:
         return [("www-authenticate", _challenge("invalid_token", denial.description))]
     if isinstance(denial, InsufficientScope):
         return [("www-authenticate", _challenge("insufficient_scope", denial.description))]
-    if isinstance(denial, RateLimited):
-        return [
-            ("retry-after", str(denial.retry_after)),
-            ("ratelimit-policy", denial.policy),
-            ("ratelimit", f'"subject";r={denial.remaining};t={denial.retry_after}'),
-        ]
+    if isinstance(denial, Throttled):
+        retry = [("retry-after", str(denial.retry_after))]
+        if isinstance(denial, RateLimited):
+            retry.append(("ratelimit-policy", denial.policy))
+            retry.append(("ratelimit", f'"subject";r={denial.remaining};t={denial.retry_after}'))
+        return retry
     return []
 
 

@@ -29,6 +29,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry, generate_latest
 
+from authz.admission import Admission
 from authz.checking import Checker
 from authz.decision import Decider
 from authz.http_transport import HttpChecks
@@ -186,6 +187,7 @@ def build_decider(
         verifier,
         limiter,
         settings.assertion_keys,
+        admission=Admission(settings.admission),
         memo_size=settings.token_cache_size,
     )
 
@@ -233,7 +235,12 @@ async def serve(
     heartbeat = Heartbeat()
     beating = asyncio.create_task(heartbeat.run())
     diag_server = None
-    http_checks = HttpChecks(checker, keys.usable)
+    http_checks = HttpChecks(
+        checker,
+        keys.usable,
+        idle_timeout=settings.http_idle_timeout,
+        max_connections=settings.http_max_connections,
+    )
     try:
         await server.start()
         http_addr = await _start_http(http_checks, settings.http_addr, reuse_port=reuse_port)

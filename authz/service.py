@@ -11,6 +11,7 @@ no message is built or serialised per Check.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import grpc
@@ -40,7 +41,18 @@ def check_view(request: CheckRequest) -> CheckView:
             joined[name] = f"{joined[name]},{value}" if name in joined else value
         headers = joined
     extensions = request.attributes.context_extensions
-    return CheckView(headers=headers, surface=extensions.get("surface"), path=http.path)
+    return CheckView(
+        headers=headers,
+        surface=extensions.get("surface"),
+        path=http.path,
+        peer=functools.partial(_source_address, request),
+    )
+
+
+def _source_address(request: CheckRequest) -> str:
+    """The address of the client as the proxy that asks saw it (its downstream peer, or what
+    the PROXY protocol said); read only when a signature is to be checked."""
+    return str(request.attributes.source.address.socket_address.address)
 
 
 class AuthorizationService:

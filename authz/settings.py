@@ -84,6 +84,36 @@ class RateLimitSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class Budget:
+    """`rate` per `period` seconds, up to `burst` at once, kept for at most `max_subjects` keys
+    (a GCRA bucket, `limits.LocalLimiter`)."""
+
+    rate: int
+    period: int
+    burst: int
+    max_subjects: int
+
+
+# Client addresses whose signature-check budget is remembered (least recently used forgotten
+# first: a forgotten one starts full again, which the per-process budget still bounds).
+ADMISSION_CLIENTS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionSettings:
+    """What a token not verified yet may cost (`admission.py`): its signature check is paid
+    from its client address's budget, then from this process's."""
+
+    per_client: Budget
+    per_process: Budget
+
+
+DEFAULT_ADMISSION = AdmissionSettings(
+    per_client=Budget(50, 1, 50, ADMISSION_CLIENTS), per_process=Budget(1000, 1, 1000, 1)
+)
+
+
+@dataclass(frozen=True, slots=True)
 class AuthzSettings:
     """The whole configuration of one authz process."""
 
@@ -96,8 +126,12 @@ class AuthzSettings:
     token_cache_size: int
     limits: RateLimitSettings
     log_level: str
-    # Where the HTTP ext_authz transport listens (`http_transport.py`); None: gRPC only.
+    # Where the HTTP ext_authz transport listens (`http_transport.py`); None: gRPC only. It
+    # closes a connection idle this long, and accepts at most this many at once.
     http_addr: tuple[str, int] | None = None
+    http_idle_timeout: float = 300.0
+    http_max_connections: int = 1024
+    admission: AdmissionSettings = DEFAULT_ADMISSION
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AuthzSettings:
@@ -124,9 +158,27 @@ class AuthzSettings:
                 if read.raw("ORRERY_A2A_AUTHZ_HTTP_ADDR")
                 else None
             ),
+            http_idle_timeout=read.seconds(
+                "ORRERY_A2A_AUTHZ_HTTP_IDLE_TIMEOUT", "300s", minimum=0.05
+            ),
+            http_max_connections=read.integer(
+                "ORRERY_A2A_AUTHZ_HTTP_MAX_CONNECTIONS", 1024, minimum=1, maximum=1_000_000
+            ),
+            admission=AdmissionSettings(
+                per_client=_budget(
+                    read, "ORRERY_A2A_CLIENT_VERIFY_LIMIT", "50/second", ADMISSION_CLIENTS
+                ),
+                per_process=_budget(read, "ORRERY_A2A_VERIFY_LIMIT", "1000/second", 1),
+            ),
         )
         read.finish()
         return settings
+
+
+def _budget(read: EnvReader, name: str, default: str, keys: int) -> Budget:
+    """`N/second|minute|hour|day`: N signature checks per period, N at once."""
+    rate, period = read.parsed(name, default, parse_rate, (1, 1))
+    return Budget(rate, period, rate, keys)
 
 
 def _token_rules(read: EnvReader) -> TokenRules:

@@ -6,8 +6,13 @@ cannot, so there authz reads the surface from the path the proxy sends it
 mesh's `pathNormalization`). Either way the path decides, and only the canonical spelling of a
 route the adapter serves is accepted:
 
-    /a2a, /a2a/                     → a2a
-    /approvals/{action_id}          → approvals  (action_id: 1-128 of A-Z a-z 0-9 - _)
+    /a2a, /a2a/                     → a2a        (JSON-RPC)
+    /a2a/message:send, /a2a/message:stream, /a2a/tasks, /a2a/tasks/{id},
+    /a2a/tasks/{id}:cancel, /a2a/tasks/{id}:subscribe, /a2a/extendedAgentCard,
+    /a2a/tasks/{id}/pushNotificationConfigs[/{id}]
+                                    → a2a        (HTTP+JSON, adapter/rest.py)
+    /approvals/{action_id}          → approvals
+    (every id: 1-128 of A-Z a-z 0-9 - _)
 
 Anything else — a `%` escape, `//`, `.`/`..` segments, `;` parameters, `\\`, `#`, other cases, a
 look-alike prefix, a trailing segment, control or non-ASCII characters — is refused before any
@@ -25,7 +30,12 @@ from collections.abc import Mapping
 from authz.errors import Forbidden
 from contract.identity import Surface
 
-_ROUTES = re.compile(r"(?P<a2a>/a2a/?)|(?P<approvals>/approvals/[A-Za-z0-9_-]{1,128})")
+_ID = r"[A-Za-z0-9_-]{1,128}"
+_HTTP_JSON = (
+    rf"/message:(?:send|stream)|/tasks|/tasks/{_ID}(?::cancel|:subscribe)?"
+    rf"|/tasks/{_ID}/pushNotificationConfigs(?:/{_ID})?|/extendedAgentCard"
+)
+_ROUTES = re.compile(rf"(?P<a2a>/a2a/?|/a2a(?:{_HTTP_JSON}))|(?P<approvals>/approvals/{_ID})")
 _LABELS: Mapping[str, Surface] = {"a2a": "a2a", "approvals": "approvals"}
 
 

@@ -166,13 +166,17 @@ class TokenVerifier:
         self._on_cache(True)
         return _for_audience(cached, audience)
 
-    async def verify(self, token: str, audience: str, now: float) -> VerifiedToken:
-        """Return the verified token for `audience` at `now`, or raise a 401/503 `Denial`."""
+    async def verify(
+        self, token: str, audience: str, now: float, *, admit: Callable[[], None] = lambda: None
+    ) -> VerifiedToken:
+        """Return the verified token for `audience` at `now`, or raise a 401/503 `Denial`.
+        `admit` is called just before a signature is checked — never for a cached token or a
+        remembered refusal — and may refuse the check (`admission.py`)."""
         verified = self.cached(token, audience, now)
         if verified is not None:
             return verified
         self._on_cache(False)
-        verified = await self._verify(token, now)
+        verified = await self._verify(token, now, admit)
         self._remember(token, verified)
         return _for_audience(verified, audience)
 
@@ -197,7 +201,7 @@ class TokenVerifier:
             del self._cache[next(iter(self._cache))]  # oldest first; expired ones age out too
         self._cache[token] = verified
 
-    async def _verify(self, token: str, now: float) -> VerifiedToken:
+    async def _verify(self, token: str, now: float, admit: Callable[[], None]) -> VerifiedToken:
         header_b64, payload_b64, signature_b64 = token.split(".")
         header = json_object_segment(header_b64)
         if header is None:
@@ -228,6 +232,7 @@ class TokenVerifier:
             signature = b64url_decode(signature_b64)
         except (ValueError, binascii.Error):
             raise InvalidToken("token signature is malformed") from None
+        admit()  # the signature check is the cost to bound; a refusal here is not remembered
         try:
             return self._check_signed(alg, key, f"{header_b64}.{payload_b64}", signature, now)
         except (BadSignature, TokenExpired) as final:  # no later moment can undo these

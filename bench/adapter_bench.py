@@ -52,12 +52,16 @@ def drain(stream: object) -> None:
     threading.Thread(target=lambda: [None for _ in stream], daemon=True).start()  # type: ignore[attr-defined]
 
 
-def start_adapter(keys_spec: str) -> tuple[subprocess.Popen[str], int]:
+def start_adapter(
+    keys_spec: str, extra: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], int]:
+    """`python -m adapter` on a free port (`extra`: more variables, e.g. another gateway)."""
     env = {
         **os.environ,
         "ORRERY_A2A_ASSERTION_KEYS": keys_spec,
         "ORRERY_A2A_ADAPTER_ADDR": "127.0.0.1:0",
         "ORRERY_A2A_MAX_IN_FLIGHT": "1000",
+        **(extra or {}),
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "adapter"],

@@ -23,12 +23,12 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 
 from adapter.card import public_card
-from adapter.demo_gateway import DemoGateway
 from adapter.executor import GatewayExecutor
 from adapter.principal import PrincipalUser
 from adapter.settings import CardAuth
 from adapter.stores.memory import MemoryConfirmationStore
 from contract.identity import DEFAULT_ROLE_AUTONOMY, Principal, parse_role_autonomy
+from gateways.demo import DemoGateway
 
 PRINCIPAL = Principal(
     kind="delegated", subject="bench", client="bench", agent="bench", role="admin", autonomy="L3"

@@ -45,6 +45,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from envoy.service.auth.v3.external_auth_pb2 import CheckRequest
 
 from authz import credentials, responses
+from authz.admission import Admission
 from authz.checking import Checker
 from authz.decision import Allow, Decider
 from authz.decision_log import DecisionLog
@@ -77,6 +78,7 @@ class Parts:
             self.verifier,
             self.limiter,
             settings.assertion_keys,
+            admission=Admission(settings.admission),
             memo_size=settings.token_cache_size,
         )
         self.service = AuthorizationService(Checker(self.decider, self.metrics))

@@ -1,30 +1,41 @@
-"""Legitimate callers under a flood of forged tokens from one address, with and without Envoy's
-per-address budget.
+"""Legitimate callers under a flood of forged tokens, from one address and from many, with and
+without authz's bounds on what a token not verified yet may cost, per ext_authz transport.
 
-A token with a published `kid` and a random signature costs authz a full signature check and
-Envoy a Check round trip, and it is free to make. Cases, started one after the other exactly as
-`orrery-a2a up` starts the stack (`stack.up.LocalStack`), interleaved round by round:
+A token with a published `kid` and a random signature costs authz a full signature check and is
+free to make. Envoy's per-address bucket does not separate clients under Istio (it has none) or
+behind an ingress without trusted hops (one address for everyone), so each stack here runs with
+that bucket out of the way (`ORRERY_A2A_CLIENT_RATE_LIMIT=100000000/second`) and with Envoy
+trusting one `x-forwarded-for` hop (`ORRERY_A2A_XFF_TRUSTED_HOPS=1`), as behind an ingress: the
+address a request claims there is its client's. Cases, each a stack started exactly as
+`orrery-a2a up` starts it (`stack.up.LocalStack`), interleaved round by round:
 
-* `unbounded` — `ORRERY_A2A_CLIENT_RATE_LIMIT=100000000/second`: the per-address budget never
-  bites, which is how the edge behaved before it had one;
-* `bounded` — `envoy/envoy.yaml` as shipped (100 requests a second, 200 at once per address).
+* `before` — authz's bounds off (`ORRERY_A2A_CLIENT_VERIFY_LIMIT` and `ORRERY_A2A_VERIFY_LIMIT`
+  at 100000000/second): every forged token is a signature check, as before they existed;
+* `after` — authz's bounds as shipped (50 a second per address, 1000 a second per process);
+* `envoy-bucket` (not run unless named) — authz's bounds off, Envoy's per-address bucket as
+  shipped: the edge before this change, where one address shares a bucket with everyone behind
+  the same ingress;
+* `after-200` (not run unless named) — as `after` with the per-process bound at 200 a second, so
+  that a flood a small machine can generate beside the stack reaches it.
 
-Per case two phases of `--duration` seconds: `quiet` (the legitimate callers alone), then `flood`
-(the same callers while `wrk` floods `POST /a2a` from 127.0.0.1 with forged tokens — a real
-token's header and claims, a fresh random signature on every request, so no cache of bad
-signatures can help — offering `--flood-rate` requests a second over `--flood-connections`
-connections, each pausing between requests: the same flood for both cases, whatever answers
-it). The legitimate callers send `ListTasks` on an open-loop schedule of `--rate` requests a
-second from 127.0.0.2 — another peer address for Envoy — with eight valid tokens in turn
-(authz's per-subject limit raised so it never bites), each request timing out after 5 s. A
-success is a 200 with a JSON-RPC result.
+each with `--transports` (`grpc`, `http`: ORRERY_A2A_AUTHZ_TRANSPORT). Per stack three phases of
+`--duration` seconds: `quiet` (the legitimate callers alone), `one` (the same callers while `wrk`
+floods `POST /a2a` with forged tokens claiming the callers' own address: one ingress address for
+everyone) and `many` (the flood claiming a random 10.x.y.z on every request). The flood: a real
+token's header and claims with a fresh random signature on every request (`bench/flood.lua`, so
+no memory of refusals helps), `--flood-rate` requests a second offered over `--flood-connections`
+connections, each pausing between requests, whatever answers it. The callers send `ListTasks` on
+an open-loop schedule of `--rate` a second with eight valid tokens in turn (authz's per-subject
+limit out of the way; verified before the phases: cached), each timing out after 5 s; a success
+is a 200 with a JSON-RPC result.
 
-Reported per case and phase: the callers' success rate and p50/p99 latency, the flood's
-requests/s split by who answered (401: authz checked the signature; 429: Envoy refused it
-first), and the CPU envoy and authz used per second. Nothing is asserted.
+Reported per case, transport and phase: the callers' success rate and p50/p99 latency, the
+flood's requests/s by answer (401: authz checked the signature; 429: refused by a per-address
+bound; 503: authz's per-process bound) and the CPU envoy and authz used per second. Nothing is
+asserted; the flood generator and the callers share the machine with the stack.
 
     .venv/bin/pip install -e '.[dev,bench]'           # needs wrk on the PATH
-    .venv/bin/python bench/flood_bench.py [--rounds 2] [--duration 10] [--rate 20]
+    .venv/bin/python bench/flood_bench.py [--rounds 2] [--duration 6] [--rate 20]
 """
 
 from __future__ import annotations
@@ -54,15 +65,26 @@ from stack.up import LocalStack, generate_secrets
 
 HERE = Path(__file__).resolve().parent
 LUA = HERE / "flood.lua"
-CALLER = "127.0.0.2"  # the flood comes from 127.0.0.1
+CALLERS_ADDRESS = "192.0.2.10"  # what the callers' ingress hop says (x-forwarded-for)
 TIMEOUT_SECONDS = 5.0
 BODY = b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}'
-CASES = {
-    "unbounded": {"ORRERY_A2A_CLIENT_RATE_LIMIT": "100000000/second"},
-    "bounded": {},
+UNLIMITED = "100000000/second"
+NO_ENVOY_BUCKET = {"ORRERY_A2A_CLIENT_RATE_LIMIT": UNLIMITED}
+NO_AUTHZ_BOUNDS = {
+    "ORRERY_A2A_CLIENT_VERIFY_LIMIT": UNLIMITED,
+    "ORRERY_A2A_VERIFY_LIMIT": UNLIMITED,
 }
-# authz's per-subject limit out of the way: the callers reuse eight tokens
-BENCH_ENV = {"ORRERY_A2A_RATE_LIMIT": "100000000/second"}
+CASES = {
+    "before": {**NO_ENVOY_BUCKET, **NO_AUTHZ_BOUNDS},
+    "after": NO_ENVOY_BUCKET,
+    "envoy-bucket": NO_AUTHZ_BOUNDS,
+    # The per-process bound within reach of a flood this machine can generate next to the stack
+    "after-200": {**NO_ENVOY_BUCKET, "ORRERY_A2A_VERIFY_LIMIT": "200/second"},
+}
+# authz's per-subject limit out of the way: the callers reuse eight tokens; Envoy behind an
+# ingress that appends the client to x-forwarded-for (one trusted hop, `stack.edge_policy`)
+BENCH_ENV = {"ORRERY_A2A_RATE_LIMIT": UNLIMITED, "ORRERY_A2A_XFF_TRUSTED_HOPS": "1"}
+FLOODS = {"one": CALLERS_ADDRESS, "many": "many"}  # flood.lua's address argument, per phase
 
 
 @dataclass(frozen=True)
@@ -80,8 +102,9 @@ class Callers:
 @dataclass(frozen=True)
 class Flood:
     rps: float
-    checked_rps: float  # answered 401 by authz: it verified the forged signature
-    refused_rps: float  # answered 429 by Envoy before authz
+    checked_rps: float  # answered 401 by authz: it checked the forged signature
+    refused_rps: float  # answered 429: a per-address bound refused it first
+    busy_rps: float  # answered 503: authz's per-process bound
 
 
 @dataclass(frozen=True)
@@ -98,12 +121,13 @@ def percentile(values: list[float], fraction: float) -> float:
 
 async def call_steadily(url: str, tokens: list[str], rate: float, duration: float) -> Callers:
     """Open loop: one request every 1/rate s, whatever the previous ones are doing."""
-    connector = aiohttp.TCPConnector(local_addr=(CALLER, 0), limit=0)
     timeout = aiohttp.ClientTimeout(total=TIMEOUT_SECONDS)
     latencies: list[float] = []
     ok = 0
 
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=timeout
+    ) as session:
 
         async def one(token: str) -> None:
             nonlocal ok
@@ -112,6 +136,7 @@ async def call_steadily(url: str, tokens: list[str], rate: float, duration: floa
                 "Content-Type": "application/json",
                 "A2A-Version": "1.0",
                 "Authorization": f"Bearer {token}",
+                "X-Forwarded-For": CALLERS_ADDRESS,
             }
             try:
                 async with session.post(f"{url}/a2a", data=BODY, headers=headers) as response:
@@ -132,18 +157,20 @@ async def call_steadily(url: str, tokens: list[str], rate: float, duration: floa
     return Callers(count, ok, percentile(latencies, 0.50), percentile(latencies, 0.99))
 
 
-def run_flood(port: int, signed: str, duration: float, connections: int, rate: float) -> Flood:
-    """`wrk` from 127.0.0.1: a real token's `header.payload` (`signed`), a random signature on
-    every request (bench/flood.lua), each connection pausing so all of them offer `rate`/s."""
+def run_flood(port: int, signed: str, source: str, args: argparse.Namespace) -> Flood:
+    """`wrk`: a real token's `header.payload` (`signed`), a random signature on every request
+    and the client address `source` (bench/flood.lua), each connection pausing so all of them
+    offer `--flood-rate`/s."""
+    connections, rate = args.flood_connections, args.flood_rate
     pause_ms = max(0, round(connections / rate * 1000))
-    command = ["wrk", "-t1", f"-c{connections}", f"-d{int(duration)}s", "-s", str(LUA)]
-    command += [f"http://127.0.0.1:{port}/a2a", "--", signed, str(pause_ms)]
+    command = ["wrk", "-t1", f"-c{connections}", f"-d{int(args.duration)}s", "-s", str(LUA)]
+    command += [f"http://127.0.0.1:{port}/a2a", "--", signed, str(pause_ms), source]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    counts = found(r"flood: checked=(\d+) refused=(\d+) other=(\d+)", out)
+    counts = found(r"flood: checked=(\d+) refused=(\d+) busy=(\d+) other=(\d+)", out)
     seconds = float(found(r"requests in ([\d.]+)s", out)[1])
-    checked, refused, other = (int(value) for value in counts.groups())
-    total = checked + refused + other
-    return Flood(total / seconds, checked / seconds, refused / seconds)
+    checked, refused, busy, other = (int(value) for value in counts.groups())
+    total = checked + refused + busy + other
+    return Flood(total / seconds, checked / seconds, refused / seconds, busy / seconds)
 
 
 async def phase(
@@ -152,22 +179,15 @@ async def phase(
     tokens: list[str],
     args: argparse.Namespace,
     *,
-    flood: bool,
+    flood: str | None,
 ) -> Phase:
     port = int(state.url.rsplit(":", 1)[1])
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     started = time.perf_counter()
     flooding = None
-    if flood:
+    if flood is not None:
         flooding = asyncio.create_task(
-            asyncio.to_thread(
-                run_flood,
-                port,
-                tokens[0].rsplit(".", 1)[0],
-                args.duration,
-                args.flood_connections,
-                args.flood_rate,
-            )
+            asyncio.to_thread(run_flood, port, tokens[0].rsplit(".", 1)[0], FLOODS[flood], args)
         )
     callers = await call_steadily(state.url, tokens, args.rate, args.duration)
     flood_result = await flooding if flooding is not None else None
@@ -176,13 +196,22 @@ async def phase(
     return Phase(callers, flood_result, cpu)
 
 
-async def measure_case(name: str, state_dir: Path, args: argparse.Namespace) -> tuple[Phase, Phase]:
-    """Start the stack for case `name`, measure both phases, stop it."""
+async def measure(
+    case: str, transport: str, work: Path, args: argparse.Namespace
+) -> dict[str, Phase]:
+    """Start the stack for `case` over `transport`, measure every phase, stop it."""
+    state_dir = work / f"{case}-{transport}-{time.monotonic_ns()}"
     state_dir.mkdir(mode=0o700)
-    env = {**os.environ, **BENCH_ENV, **CASES[name]}
+    env = {
+        **os.environ,
+        **BENCH_ENV,
+        **CASES[case],
+        "ORRERY_A2A_AUTHZ_TRANSPORT": transport,
+    }
     ports = dict.fromkeys(ADDRESSES, "127.0.0.1:0")
     settings = StackSettings.from_env({**env, **ports, "ORRERY_A2A_STATE_DIR": str(state_dir)})
     stack = LocalStack(settings, env, io.StringIO())
+    phases: dict[str, Phase] = {}
     try:
         state = await stack.start_all(generate_secrets(state_dir))
         pids = {
@@ -196,69 +225,89 @@ async def measure_case(name: str, state_dir: Path, args: argparse.Namespace) -> 
             for n in range(8)
         ]
         await call_steadily(state.url, tokens, args.rate, 2)  # warm-up: tokens cached
-        quiet = await phase(state, pids, tokens, args, flood=False)
-        flooded = await phase(state, pids, tokens, args, flood=True)
+        phases["quiet"] = await phase(state, pids, tokens, args, flood=None)
+        for flood in FLOODS:
+            await asyncio.sleep(1.0)  # budgets refill between floods
+            phases[flood] = await phase(state, pids, tokens, args, flood=flood)
     finally:
         await stack.supervisor.stop()
         stack.cleanup()
-    return quiet, flooded
+    return phases
 
 
 def line(name: str, label: str, result: Phase) -> str:
     callers, flood = result.callers, result.flood
     text = (
-        f"  {name:9s} {label:5s} callers {callers.success:6.1f}% ok"
+        f"  {name:18s} {label:5s} callers {callers.success:6.1f}% ok"
         f"  p50 {callers.p50_ms:7.1f} ms  p99 {callers.p99_ms:7.1f} ms"
     )
     if flood is not None:
         text += (
-            f"  | flood {flood.rps:6.0f}/s: authz checked {flood.checked_rps:6.0f}/s,"
-            f" Envoy refused {flood.refused_rps:6.0f}/s"
+            f"  | flood {flood.rps:5.0f}/s: 401 {flood.checked_rps:5.0f}/s,"
+            f" 429 {flood.refused_rps:5.0f}/s, 503 {flood.busy_rps:5.0f}/s"
         )
     cpu = ", ".join(f"{proc} {share * 100:3.0f}%" for proc, share in sorted(result.cpu.items()))
     return f"{text}  | CPU {cpu}"
 
 
-async def run(args: argparse.Namespace, work: Path) -> dict[str, list[tuple[Phase, Phase]]]:
-    results: dict[str, list[tuple[Phase, Phase]]] = {name: [] for name in CASES}
+Results = dict[str, list[dict[str, Phase]]]
+
+
+async def run(args: argparse.Namespace, work: Path) -> Results:
+    results: Results = {}
     for number in range(1, args.rounds + 1):
         print(f"round {number}", flush=True)
-        for name in CASES:
-            quiet, flooded = await measure_case(name, work / f"{name}-{number}", args)
-            results[name].append((quiet, flooded))
-            print(line(name, "quiet", quiet), flush=True)
-            print(line(name, "flood", flooded), flush=True)
+        for case in args.cases:
+            for transport in args.transports:
+                name = f"{case}/{transport}"
+                phases = await measure(case, transport, work, args)
+                results.setdefault(name, []).append(phases)
+                for label, result in phases.items():
+                    print(line(name, label, result), flush=True)
     return results
 
 
-def report(results: dict[str, list[tuple[Phase, Phase]]]) -> None:
-    print("medians over rounds (callers from 127.0.0.2; flood from 127.0.0.1):")
+def report(results: Results) -> None:
+    print(f"medians over rounds (callers claim {CALLERS_ADDRESS}; flood `one` claims it too):")
     for name, runs in results.items():
-        for label, index in (("quiet", 0), ("flood", 1)):
-            phases = [run[index] for run in runs]
+        for label in runs[0]:
+            phases = [run[label] for run in runs]
             success = statistics.median(p.callers.success for p in phases)
-            p99 = statistics.median(p.callers.p99_ms for p in phases)
             p50 = statistics.median(p.callers.p50_ms for p in phases)
-            text = f"  {name:9s} {label:5s} ok {success:6.1f}%  p50 {p50:7.1f} ms"
+            p99 = statistics.median(p.callers.p99_ms for p in phases)
+            text = f"  {name:18s} {label:5s} ok {success:6.1f}%  p50 {p50:7.1f} ms"
             text += f"  p99 {p99:7.1f} ms"
             floods = [p.flood for p in phases if p.flood is not None]
             if floods:
                 checked = statistics.median(f.checked_rps for f in floods)
                 refused = statistics.median(f.refused_rps for f in floods)
-                text += f"  | authz checked {checked:6.0f}/s, Envoy refused {refused:6.0f}/s"
+                busy = statistics.median(f.busy_rps for f in floods)
+                text += f"  | flood 401 {checked:5.0f}/s, 429 {refused:5.0f}/s, 503 {busy:5.0f}/s"
+            authz = statistics.median(p.cpu.get("authz", 0.0) for p in phases)
+            text += f"  | authz CPU {authz * 100:3.0f}%"
             print(text)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds per phase")
+    parser.add_argument("--duration", type=float, default=6.0, help="seconds per phase")
     parser.add_argument("--rate", type=float, default=20.0, help="legitimate requests/s")
     parser.add_argument("--flood-connections", type=int, default=64)
     parser.add_argument("--flood-rate", type=float, default=1500.0, help="offered forged req/s")
+    parser.add_argument(
+        "--cases",
+        type=lambda text: text.split(","),
+        default=["before", "after"],
+        help=f"comma-separated, of {', '.join(CASES)}",
+    )
+    parser.add_argument("--transports", type=lambda text: text.split(","), default=["grpc", "http"])
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         parser.error("wrk is not on the PATH")
+    unknown = [case for case in args.cases if case not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s): {', '.join(unknown)}")
     report(run_in_scratch("flood-bench-", lambda work: run(args, work)))
 
 

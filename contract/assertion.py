@@ -95,7 +95,9 @@ class AssertionKeys:
 
     @classmethod
     def parse(cls, spec: str) -> AssertionKeys:
-        """Parse `kid=base64url-secret,…`; the error names the problem, never a secret."""
+        """Parse `kid=base64url-secret,…`; the error names the problem and the entry's position,
+        never any part of the entry: in an entry without `kid=` (a padded secret pasted alone)
+        what stands where the kid would is the secret itself."""
         entries = [item.strip() for item in spec.split(",") if item.strip()]
         if not entries:
             raise ValueError("no keys (expected kid=base64url-secret[,kid2=…])")
@@ -106,16 +108,18 @@ class AssertionKeys:
             if not sep or not _KID.fullmatch(kid):
                 raise ValueError(f"entry {position}: expected kid=base64url-secret")
             if any(kid == seen for seen, _ in keys):
-                raise ValueError(f"entry {position}: kid {kid!r} is listed twice")
+                raise ValueError(f"entry {position}: its kid is listed twice")
             encoded = encoded.strip().rstrip("=")
             if not re.fullmatch(r"[A-Za-z0-9_-]+", encoded):
-                raise ValueError(f"key {kid!r}: secret is not base64url")
+                raise ValueError(f"entry {position}: secret is not base64url")
             try:
                 secret = b64url_decode(encoded)
             except (binascii.Error, ValueError):
-                raise ValueError(f"key {kid!r}: secret is not base64url") from None
+                raise ValueError(f"entry {position}: secret is not base64url") from None
             if len(secret) < MIN_SECRET_BYTES:
-                raise ValueError(f"key {kid!r}: secret must be at least {MIN_SECRET_BYTES} bytes")
+                raise ValueError(
+                    f"entry {position}: secret must be at least {MIN_SECRET_BYTES} bytes"
+                )
             keys.append((kid, secret))
         return cls(tuple(keys))
 

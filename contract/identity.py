@@ -59,6 +59,16 @@ def parse_role_autonomy(text: str) -> tuple[tuple[str, Autonomy], ...]:
 # JSON, `"\ud800"`, but cannot be encoded as UTF-8 for the assertion, the keys or the log) and
 # line and paragraph separators (Zl, Zp: line breaks to a log reader).
 _REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+# The unassigned (Cn) code points of these blocks are default-ignorable (Unicode §5.21): a reader
+# that knows them — a later Unicode version — shows nothing, exactly like a format character, and
+# one that does not is told to show nothing. Unicode's stability policy fixes the property for
+# them; the assigned code points of these blocks are Cf (refused anyway) or variation selectors.
+_IGNORABLE_BLOCKS = re.compile(r"[\u2065\ufff0-\ufff8\U000e0000-\U000e0fff]")
+# The most UTF-8 bytes one identity claim may have: a real `sub` (an opaque id, an e-mail address
+# of at most 254 bytes) fits. Several claims this size in the worst JSON escaping and
+# percent-encoding may still not fit one 4096-byte assertion together, so authz measures the
+# whole as well (docs/contract.md#identifiers: either way the token is invalid).
+MAX_IDENTIFIER_BYTES = 256
 # An identifier made only of these names nobody: whitespace of any script (`\s` is Unicode
 # whitespace) and the default-ignorable fillers that are not Cf (combining grapheme joiner,
 # Hangul fillers, Khmer inherent vowels, Mongolian variation selectors, variation selectors) plus
@@ -70,18 +80,34 @@ _BLANK = re.compile(
 
 
 def is_identifier(value: object) -> TypeGuard[str]:
-    """What an identity claim must be: a string with something visible in it and no control,
-    format or surrogate character, nor a line or paragraph separator.
+    """What an identity claim must be: a string of at most `MAX_IDENTIFIER_BYTES` UTF-8 bytes
+    with something visible in it and no control, format or surrogate character, no unassigned
+    default-ignorable code point, nor a line or paragraph separator.
 
     `str.isprintable` answers in C for the usual identifier (it is false for every refused
-    category, and also for other spaces, private-use and unassigned code points, which are
-    allowed: only those strings take the per-character look-up).
+    category, and also for other spaces, private-use and unassigned code points, of which only
+    the default-ignorable ones are refused: only those strings take the per-character look-up).
     """
     if not isinstance(value, str) or not value or _BLANK.fullmatch(value):
         return False
+    if len(value) * 4 > MAX_IDENTIFIER_BYTES and (
+        len(value.encode("utf-8", "surrogatepass")) > MAX_IDENTIFIER_BYTES
+    ):
+        return False
     return value.isprintable() or not any(
-        unicodedata.category(char) in _REFUSED_CATEGORIES for char in value
+        unicodedata.category(char) in _REFUSED_CATEGORIES or _unassigned_ignorable(char)
+        for char in value
     )
+
+
+def is_invisible(char: str) -> bool:
+    """A format character (Cf) or an unassigned default-ignorable code point: shown as nothing.
+    The identifier rule above and the adapter's message rules refuse the same set."""
+    return unicodedata.category(char) == "Cf" or _unassigned_ignorable(char)
+
+
+def _unassigned_ignorable(char: str) -> bool:
+    return _IGNORABLE_BLOCKS.match(char) is not None and unicodedata.category(char) == "Cn"
 
 
 @functools.lru_cache(maxsize=4096)  # hot on both sides (every Check, every adapter request)

@@ -5,8 +5,9 @@ you fix a variable, the adapter dies, you fix another. `check` asks all of them 
 environment `up` would give each (`stack.wiring`, this run's choices stood in by placeholders of
 the same shape), and reports every problem:
 
-* **stack** — its own settings (addresses, replicas, state, the Envoy file) and every configured
-  address some other process already listens on;
+* **stack** — its own settings (addresses, replicas, state — a state directory too deep for
+  Envoy's admin socket included —, the Envoy file) and every configured address some other
+  process already listens on;
 * **authz**, **adapter** — `python -m authz check`, `python -m adapter check` (the stack never
   imports the services: it runs their checks, `runtime.checks`), including `--replicas`
   prerequisites (replicated adapters need `DATABASE_URL` and `ORRERY_A2A_REDIS_URL`);
@@ -28,7 +29,7 @@ from pathlib import Path
 from runtime.addresses import Address, address_family, format_address
 from runtime.checks import read_report
 from stack import envoy_config
-from stack.addresses import client_host
+from stack.addresses import client_host, fits_a_unix_socket
 from stack.children import python_module
 from stack.issuer import issuer_url
 from stack.keys import new_assertion_keys
@@ -50,7 +51,6 @@ def busy_addresses(settings: StackSettings) -> list[str]:
     adapter take free ports when replicated, so theirs count only for one replica."""
     addresses: dict[str, Address] = {
         "ORRERY_A2A_LISTEN_ADDR": settings.listen,
-        "ORRERY_A2A_ENVOY_ADMIN_ADDR": settings.admin,
         "ORRERY_A2A_ISSUER_ADDR": settings.issuer,
     }
     if settings.replicas == 1:
@@ -118,11 +118,14 @@ async def envoy_problems(settings: StackSettings, env: Mapping[str, str]) -> lis
     """The bootstrap rendered as `up` would (ports that are chosen at start stay 0), validated
     by the Envoy binary `up` would run."""
     authz = settings.authz_http if settings.authz_transport == "http" else settings.authz
+    # A socket path too long is the stack's problem (its state directory), named once, there;
+    # the rest of the bootstrap is still validated, with the file's admin address.
+    admin = settings.admin if fits_a_unix_socket(settings.admin) else None
     try:
         config = envoy_config.render(
             envoy_config.load(settings.envoy_config),
             listen=settings.listen,
-            admin=settings.admin,
+            admin=admin,
             authz=authz if settings.replicas == 1 else (authz[0], 0),
             adapter=settings.adapter if settings.replicas == 1 else (settings.adapter[0], 0),
             policy=settings.edge,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import re
 import shlex
@@ -27,7 +28,7 @@ from typing import NoReturn, TextIO
 from urllib.parse import urlsplit
 
 from runtime.addresses import parse_address
-from runtime.env import parse_duration
+from runtime.env import EnvReader, parse_duration
 from runtime.errors import ConfigError
 from runtime.version import version
 from stack import envoy_config
@@ -74,6 +75,8 @@ def _state_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# The ADK gateway's factory, by name: the stack never imports a gateway (the adapter loads it).
+ADK_GATEWAY = "gateways.adk:create"
 TOKEN_VARIABLE = "ORRERY_A2A_TOKEN"  # noqa: S105 - the variable's name, not a secret
 STDIN = "-"
 # A compact JWS: three base64url segments, the first a JSON object (`{"` encodes as `eyJ`). What
@@ -170,6 +173,13 @@ def _stack_options(parser: argparse.ArgumentParser) -> None:
         dest="ORRERY_A2A_ENVOY_CONFIG",
         metavar="PATH",
         help="the Envoy bootstrap to render (ORRERY_A2A_ENVOY_CONFIG; envoy/envoy.yaml)",
+    )
+    parser.add_argument(
+        "--adk-agent",
+        dest="ORRERY_A2A_ADK_AGENT",
+        metavar="MODULE:ATTR",
+        help="serve this ADK agent (ORRERY_A2A_ADK_AGENT) through the ADK gateway (sets"
+        f" ORRERY_A2A_GATEWAY={ADK_GATEWAY}; needs the `adk` extra)",
     )
     _state_option(parser)
 
@@ -292,6 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _edge_policy_options(render_cmd)
     _tls_options(render_cmd, "(where Envoy reads it)")
+    render_cmd.add_argument(
+        "--tls-reload",
+        dest="ORRERY_A2A_TLS_RELOAD",
+        metavar="BOOL",
+        help="serve a rotated certificate without a restart: Envoy takes the TLS files through"
+        " SDS resource files written beside --out, which watch the files' directory"
+        " (ORRERY_A2A_TLS_RELOAD, true/false)",
+    )
 
     return parser
 
@@ -327,17 +345,32 @@ def _edge_policy_options(parser: argparse.ArgumentParser) -> None:
             "requests at once per client address",
         ),
         ("--max-heap", "ORRERY_A2A_ENVOY_MAX_HEAP", "SIZE", "Envoy's heap budget, e.g. 512MiB"),
+        (
+            "--xff-trusted-hops",
+            "ORRERY_A2A_XFF_TRUSTED_HOPS",
+            "N",
+            "proxies in front that append to X-Forwarded-For (the client is N from the right)",
+        ),
+        (
+            "--proxy-protocol",
+            "ORRERY_A2A_PROXY_PROTOCOL",
+            "BOOL",
+            "the load balancer in front sends the PROXY protocol header (true/false)",
+        ),
     ):
         parser.add_argument(flag, dest=variable, metavar=metavar, help=f"{text} ({variable})")
 
 
 def _env_with_flags(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, str]:
-    """The environment with every given flag folded in under its variable (flags win)."""
+    """The environment with every given flag folded in under its variable (flags win);
+    `--adk-agent` also selects the ADK gateway."""
     flags = {
         name: value
         for name, value in vars(args).items()
         if name.startswith("ORRERY_A2A_") and value is not None
     }
+    if "ORRERY_A2A_ADK_AGENT" in flags:
+        flags["ORRERY_A2A_GATEWAY"] = ADK_GATEWAY
     merged = {**env, **flags}
     if getattr(args, "state_dir", None) is not None:
         merged["ORRERY_A2A_STATE_DIR"] = str(args.state_dir)
@@ -506,6 +539,7 @@ def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             raise ConfigError(
                 ["--authz-transport http: name authz's HTTP transport (--authz-http)"]
             )
+    tls = _reloading(_tls_files(env), args.out, env)
     rendered = envoy_config.render(
         envoy_config.load(args.source),
         listen=args.listen,
@@ -514,7 +548,7 @@ def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         adapter=args.adapter,
         policy=EdgePolicy.from_env(env),
         diag=args.diag,
-        tls=_tls_files(env),
+        tls=tls,
         authz_transport=transport,
         adapter_health_port=_adapter_health_port(args, env),
     )
@@ -522,9 +556,26 @@ def _cmd_envoy_config(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         import yaml
 
         sys.stdout.write(yaml.safe_dump(rendered, sort_keys=False))
-    else:
-        envoy_config.write(rendered, args.out, mode=0o644)  # Envoy runs as another user
+        return 0
+    if tls is not None and tls.sds_dir is not None:  # before the bootstrap that names them
+        for name, resource in envoy_config.sds_resources(tls).items():
+            envoy_config.write(resource, tls.sds_dir / name, mode=0o644)
+    envoy_config.write(rendered, args.out, mode=0o644)  # Envoy runs as another user
     return 0
+
+
+def _reloading(
+    tls: envoy_config.TlsFiles | None, out: Path | None, env: Mapping[str, str]
+) -> envoy_config.TlsFiles | None:
+    """With ORRERY_A2A_TLS_RELOAD, the TLS files by SDS from resource files beside --out."""
+    reader = EnvReader(env)
+    reload = reader.boolean("ORRERY_A2A_TLS_RELOAD")
+    reader.finish()
+    if not reload:
+        return tls
+    if tls is None or out is None:
+        raise ConfigError(["--tls-reload: needs --tls-cert, --tls-key and --out"])
+    return dataclasses.replace(tls, sds_dir=out.parent)
 
 
 COMMANDS = {

@@ -12,6 +12,13 @@ origin (no CORS at all), 100 requests a second and 200 at once per client addres
   (requests at once; default: the rate's count): each client address's budget before authz.
 * `ORRERY_A2A_ENVOY_MAX_HEAP` (`512MiB`, `2GiB` or bytes, at least 64 MiB): Envoy's heap budget
   for its overload manager; set it below the container's memory limit.
+* `ORRERY_A2A_XFF_TRUSTED_HOPS` (0-10) or `ORRERY_A2A_PROXY_PROTOCOL` (true/false): who the client
+  is when Envoy is not the first hop. Behind an L7 proxy or ingress that appends the peer to
+  `X-Forwarded-For`, N trusted hops make the address N from the right the client's (the header is
+  then kept, not dropped); behind an L4 load balancer that sends the PROXY protocol header, Envoy
+  reads the client's address from it. Unset, the TCP peer is the client: behind either, every
+  client shares one per-address budget (docs/kubernetes.md, "Behind a load balancer or an
+  ingress"). At most one of the two: a hop count means nothing when the peer is read from PROXY.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from runtime.env import EnvReader, parse_rate
 
 ANY_ORIGIN = "*"
 MIN_HEAP_BYTES = 64 * 1024**2
+MAX_HOPS = 10
 _SIZE = re.compile(r"(\d+)\s*(KiB|MiB|GiB)?")
 _SIZE_UNITS = {None: 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
 _HOST = re.compile(r"[a-z0-9.-]+|\[[0-9a-f:.]+\]")
@@ -38,6 +46,8 @@ class EdgePolicy:
     client_rate: tuple[int, int] | None = None  # (count, period in seconds)
     client_burst: int | None = None
     max_heap_bytes: int | None = None
+    trusted_hops: int | None = None
+    proxy_protocol: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> EdgePolicy:
@@ -63,7 +73,16 @@ class EdgePolicy:
         heap = None
         if reader.raw("ORRERY_A2A_ENVOY_MAX_HEAP"):
             heap = reader.parsed("ORRERY_A2A_ENVOY_MAX_HEAP", "", parse_heap, None)
-        return cls(origins, rate, burst, heap)
+        hops = None
+        if reader.raw("ORRERY_A2A_XFF_TRUSTED_HOPS"):
+            hops = reader.integer("ORRERY_A2A_XFF_TRUSTED_HOPS", 0, minimum=0, maximum=MAX_HOPS)
+        proxy_protocol = reader.boolean("ORRERY_A2A_PROXY_PROTOCOL", False)
+        if hops and proxy_protocol:
+            reader.problem(
+                "ORRERY_A2A_XFF_TRUSTED_HOPS",
+                "give trusted hops or ORRERY_A2A_PROXY_PROTOCOL, not both",
+            )
+        return cls(origins, rate, burst, heap, hops, proxy_protocol)
 
 
 def parse_origins(text: str) -> tuple[str, ...]:

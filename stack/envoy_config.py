@@ -8,14 +8,23 @@ only reaches a listener on 0.0.0.0. So the file keeps the safe loopback default,
 renders a copy with exactly the named sockets replaced — the listeners `public` and `diag`, the
 admin address (and the `envoy_admin` cluster that follows it), and the endpoints of the clusters
 `authz` and `adapter` — and nothing else. `orrery-a2a up` renders with its (possibly ephemeral)
-ports; compose renders once with `--listen 0.0.0.0:8080` before Envoy starts; the Kubernetes base
-is rendered by `deploy/kubernetes/render-envoy-config`; tests render with ephemeral ports. A file
-whose names moved fails loudly here instead of silently keeping a stale address.
+ports; compose renders once with `--listen 0.0.0.0:8080` before Envoy starts; a Kubernetes pod
+renders at every start, in an init container, from its ConfigMap's settings; tests render with
+ephemeral ports. A file whose names moved fails loudly here instead of silently keeping a stale
+address. The local stack moves the admin API off TCP altogether, onto a 0600 Unix socket in its
+private state directory: on a host, any local user reaches a loopback port, and the admin API can
+quit Envoy, drain it or fail its health. A pod keeps the file's loopback port, which only the pod's
+own containers share.
 
 TLS is the one addition rather than a replacement: `tls=TlsFiles(cert, key, client_ca)` terminates
 TLS on the public listener (TLS 1.2 or newer, HTTP/2 and HTTP/1.1 by ALPN, HSTS on every answer)
 from PEM files, and with `client_ca` requires a client certificate signed by that CA (mTLS). The
 file itself stays plain HTTP on loopback for the local stack; certificates are deployment data.
+With `TlsFiles(..., sds_dir=...)` the listener takes its certificate (and client CA) through
+file-based SDS instead of inline file names: Envoy reads them from the resource files
+`sds_resources` returns (written into `sds_dir`), and those watch the certificates' directory, so
+a rotated certificate (cert-manager renewing a mounted Secret) is served without a restart. Static
+file names would be read once, at start.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ import yaml
 from contract.headers import PRINCIPAL_HEADER, TRACE_LINK_HEADER
 from contract.http_checks import CHECK_PREFIX, HEALTH_PATH
 from runtime.addresses import Address
-from stack.addresses import NotLoopback, require_loopback
+from stack.addresses import NotLoopback, require_loopback, socket_path_problem
 from stack.edge_policy import ANY_ORIGIN, EdgePolicy
 
 LISTENER = "public"
@@ -50,6 +59,9 @@ CORS_ROUTES = {
     "card_keys": "GET",
     "a2a": "POST",
     "a2a_slash": "POST",
+    "a2a_rest_post": "POST",
+    "a2a_rest_get": "GET",
+    "a2a_rest_push": "GET, POST, DELETE",
     "approvals": "GET, POST",
 }
 # Envoy's CORS filter ignores a policy on a direct-response route (verified on 1.40), so the
@@ -58,6 +70,10 @@ CORS_ROUTES = {
 PREFLIGHT_ROUTES = {
     "public_preflight": ("public_methods", "agent_card"),
     "a2a_preflight": ("a2a_methods", "a2a"),
+    "a2a_rest_post_preflight": ("a2a_rest_post_methods", "a2a_rest_post"),
+    "a2a_rest_get_preflight": ("a2a_rest_get_methods", "a2a_rest_get"),
+    "a2a_rest_push_preflight": ("a2a_rest_push_methods", "a2a_rest_push"),
+    "approvals_preflight": ("approvals_methods", "approvals"),
 }
 PREFLIGHT_HEADERS = [
     {"name": ":method", "string_match": {"exact": "OPTIONS"}},
@@ -74,12 +90,22 @@ MIN_FILL_MS = 50  # Envoy's shortest token-bucket fill interval
 ADMIN = "Envoy's admin API"  # drains listeners, changes log levels, dumps config: loopback only
 DIAG_LISTENER = "diag"
 ADMIN_CLUSTER = "envoy_admin"
+ADMIN_SOCKET = "Envoy's admin socket"
+ADMIN_SOCKET_MODE = 0o600  # only the user running Envoy connects
 CLUSTERS = ("authz", "adapter")
 TLS_SOCKET = "envoy.transport_sockets.tls"
 DOWNSTREAM_TLS = (
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
 )
 HSTS = "max-age=31536000"
+SDS_RESOURCE_TYPE = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+NODE = "orrery-a2a-edge"
+SDS_CERTIFICATE = "public_tls"  # the SDS resource names, and their files in `sds_dir`
+SDS_CLIENT_CA = "client_ca"
+PROXY_PROTOCOL = "envoy.filters.listener.proxy_protocol"
+PROXY_PROTOCOL_CONFIG = (
+    "type.googleapis.com/envoy.extensions.filters.listener.proxy_protocol.v3.ProxyProtocol"
+)
 EXT_AUTHZ = "envoy.filters.http.ext_authz"
 HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 AuthzTransport = Literal["grpc", "http"]
@@ -111,6 +137,8 @@ class TlsFiles:
     cert: Path
     key: Path
     client_ca: Path | None = None
+    # Where the SDS resource files are (as Envoy sees them): set, the certificates reload.
+    sds_dir: Path | None = None
 
 
 def repo_config_path() -> Path:
@@ -213,7 +241,7 @@ def render(
     config: Config,
     *,
     listen: Address | None = None,
-    admin: Address | None = None,
+    admin: Address | Path | None = None,
     authz: Upstream | None = None,
     adapter: Upstream | None = None,
     policy: EdgePolicy | None = None,
@@ -225,7 +253,8 @@ def render(
     """A copy of `config` with the given sockets replaced, the deployment's policy and TLS added.
 
     `authz` and `adapter` take one address or several (replicas, balanced by the cluster). The
-    admin address must be loopback (`EnvoyConfigError` otherwise). `policy` renders what the
+    admin address must be loopback (`EnvoyConfigError` otherwise); a `Path` puts the admin API
+    on a Unix socket there instead (`_admin_on_socket`). `policy` renders what the
     deployment decides (`stack.edge_policy`): CORS origins, the client budget, the heap budget.
     The `envoy_admin` cluster (the diag listener's way to the admin API) follows `admin`.
     `authz_transport="http"` makes ext_authz call authz's HTTP transport (`_http_transport`):
@@ -239,7 +268,9 @@ def render(
         _assign(listener_socket(rendered), listen)
     if diag is not None:
         _assign(listener_socket(rendered, DIAG_LISTENER), diag)
-    if admin is not None:
+    if isinstance(admin, Path):
+        _admin_on_socket(rendered, admin)
+    elif admin is not None:
         try:
             require_loopback(admin[0], ADMIN)
         except NotLoopback as exc:
@@ -259,6 +290,22 @@ def render(
     if authz_transport == "http":
         _http_transport(rendered)
     return rendered
+
+
+def _admin_on_socket(config: Config, path: Path) -> None:
+    """The admin API on the Unix socket `path`, mode 0600, in place of its TCP address; the
+    `envoy_admin` cluster (the diag listener's /readyz and /metrics) follows it there. Envoy
+    replaces a stale socket file at start (verified on 1.40); `up` removes it when it stops."""
+    problem = socket_path_problem(path, ADMIN_SOCKET)
+    if problem is not None:
+        raise EnvoyConfigError(problem)
+    admin_socket(config)  # the file's admin address is there to replace
+    config["admin"]["address"] = {"pipe": {"path": str(path), "mode": ADMIN_SOCKET_MODE}}
+    found, endpoints = _lb_endpoints(config, ADMIN_CLUSTER)
+    endpoint = copy.deepcopy(endpoints[0])
+    endpoint["endpoint"]["address"] = {"pipe": {"path": str(path)}}
+    first_group = found["load_assignment"]["endpoints"][0]
+    found["load_assignment"]["endpoints"] = [{**first_group, "lb_endpoints": [endpoint]}]
 
 
 def parse_authz_transport(text: str) -> AuthzTransport:
@@ -334,6 +381,32 @@ def _apply(config: Config, policy: EdgePolicy) -> None:
         monitors = (config.get("overload_manager") or {}).get("resource_monitors", [])
         heap = _named(monitors, FIXED_HEAP, "overload resource monitor")
         heap["typed_config"]["max_heap_size_bytes"] = policy.max_heap_bytes
+    if policy.trusted_hops:
+        _trust_hops(manager, policy.trusted_hops)
+    if policy.proxy_protocol:
+        public = listener(config)
+        public["listener_filters"] = [
+            {"name": PROXY_PROTOCOL, "typed_config": {"@type": PROXY_PROTOCOL_CONFIG}},
+            *public.get("listener_filters", []),
+        ]
+
+
+def _trust_hops(manager: dict[str, Any], hops: int) -> None:
+    """The client is the address `hops` from the right of X-Forwarded-For (what the trusted
+    proxies in front appended), for the per-address budget, the access log and authz: so the
+    header must survive the early mutation that otherwise drops it (no client may pick its own
+    address when Envoy is the first hop)."""
+    manager["xff_num_trusted_hops"] = hops
+    kept = []
+    for extension in manager.get("early_header_mutation_extensions", []):
+        mutations = extension.get("typed_config", {}).get("mutations", [])
+        mutations[:] = [m for m in mutations if m.get("remove", "").lower() != "x-forwarded-for"]
+        if mutations:
+            kept.append(extension)
+    if kept:
+        manager["early_header_mutation_extensions"] = kept
+    else:
+        manager.pop("early_header_mutation_extensions", None)
 
 
 def public_manager(config: Config) -> dict[str, Any]:
@@ -445,16 +518,20 @@ def _terminate_tls(config: Config, tls: TlsFiles) -> None:
     common: Config = {
         "tls_params": {"tls_minimum_protocol_version": "TLSv1_2"},
         "alpn_protocols": ["h2", "http/1.1"],
-        "tls_certificates": [
-            {
-                "certificate_chain": {"filename": str(tls.cert)},
-                "private_key": {"filename": str(tls.key)},
-            }
-        ],
     }
+    if tls.sds_dir is None:
+        common["tls_certificates"] = [_certificate(tls)]
+    else:
+        common["tls_certificate_sds_secret_configs"] = [_sds_config(tls.sds_dir, SDS_CERTIFICATE)]
+        # Any xDS subscription, file-based SDS included, needs the node named (Envoy refuses to
+        # start otherwise); a name of the file's own, if it has one, stands.
+        config.setdefault("node", {"id": NODE, "cluster": NODE})
     context: Config = {"@type": DOWNSTREAM_TLS, "common_tls_context": common}
     if tls.client_ca is not None:
-        common["validation_context"] = {"trusted_ca": {"filename": str(tls.client_ca)}}
+        if tls.sds_dir is None:
+            common["validation_context"] = _validation_context(tls.client_ca)
+        else:
+            common["validation_context_sds_secret_config"] = _sds_config(tls.sds_dir, SDS_CLIENT_CA)
         context["require_client_certificate"] = True
     chain["transport_socket"] = {"name": TLS_SOCKET, "typed_config": context}
     manager = public_manager(config)
@@ -465,6 +542,55 @@ def _terminate_tls(config: Config, tls: TlsFiles) -> None:
             "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
         }
     )
+
+
+def _certificate(tls: TlsFiles) -> Config:
+    return {
+        "certificate_chain": {"filename": str(tls.cert)},
+        "private_key": {"filename": str(tls.key)},
+    }
+
+
+def _validation_context(client_ca: Path) -> Config:
+    return {"trusted_ca": {"filename": str(client_ca)}}
+
+
+def _sds_config(sds_dir: Path, name: str) -> Config:
+    return {
+        "name": name,
+        "sds_config": {
+            "path_config_source": {"path": str(sds_dir / f"{name}.yaml")},
+            "resource_api_version": "V3",
+        },
+    }
+
+
+def sds_resources(tls: TlsFiles) -> dict[str, Config]:
+    """The SDS resource files a `render(..., tls=TlsFiles(..., sds_dir=...))` refers to, by file
+    name in `sds_dir`. Each watches its PEM files' directory: a Kubernetes Secret volume swaps
+    every file at once (its `..data` link), and Envoy then re-reads the pair, checks that the key
+    matches the certificate, and serves it to new connections; a bad pair keeps the old one."""
+    certificate = {
+        **_certificate(tls),
+        "watched_directory": {"path": str(tls.cert.parent)},
+    }
+    resources = {
+        SDS_CERTIFICATE: {
+            "@type": SDS_RESOURCE_TYPE,
+            "name": SDS_CERTIFICATE,
+            "tls_certificate": certificate,
+        }
+    }
+    if tls.client_ca is not None:
+        resources[SDS_CLIENT_CA] = {
+            "@type": SDS_RESOURCE_TYPE,
+            "name": SDS_CLIENT_CA,
+            "validation_context": {
+                **_validation_context(tls.client_ca),
+                "watched_directory": {"path": str(tls.client_ca.parent)},
+            },
+        }
+    return {f"{name}.yaml": {"resources": [resource]} for name, resource in resources.items()}
 
 
 def _addresses(upstream: Upstream) -> list[Address]:

@@ -3,9 +3,11 @@
 Every address defaults to its port in docs/contract.md#ports and can be overridden by a flag of
 `orrery-a2a up` or the environment variable it stands for (the flag wins), so tests and a second
 stack can run on other ports. Port 0 asks the OS for a free port: the components report what they
-bound. With `ORRERY_A2A_REPLICAS` > 1 (`--replicas`), that many authz and adapter processes run
-behind the one Envoy, each on a free port of its configured host (what a pod with replicas looks
-like to Envoy).
+bound. Envoy's admin API has no address to choose: it is the Unix socket `envoy-admin.sock` in the
+state directory (0600 in a 0700 directory), so only the user who ran `up` can quit, drain or
+reconfigure the edge; on a loopback port any local user could. With `ORRERY_A2A_REPLICAS` > 1
+(`--replicas`), that many authz and adapter processes run behind the one Envoy, each on a free port
+of its configured host (what a pod with replicas looks like to Envoy).
 """
 
 from __future__ import annotations
@@ -17,21 +19,22 @@ from pathlib import Path
 from runtime.addresses import Address
 from runtime.env import EnvReader
 from runtime.errors import ConfigError
-from stack.addresses import NotLoopback, require_loopback
+from stack.addresses import NotLoopback, require_loopback, socket_path_problem
 from stack.edge_policy import EdgePolicy
 from stack.envoy_config import (
-    ADMIN,
+    ADMIN_SOCKET,
     AuthzTransport,
     TlsFiles,
     parse_authz_transport,
     repo_config_path,
 )
-from stack.state import default_state_dir
+from stack.state import ENVOY_ADMIN_SOCKET, default_state_dir
 
 # variable → (flag of `orrery-a2a up`, default)
+# The admin API's TCP address before it moved to the state directory's socket: refused if set.
+RETIRED_ADMIN_VARIABLE = "ORRERY_A2A_ENVOY_ADMIN_ADDR"
 ADDRESSES: Mapping[str, tuple[str, str]] = {
     "ORRERY_A2A_LISTEN_ADDR": ("--listen", "127.0.0.1:8080"),
-    "ORRERY_A2A_ENVOY_ADMIN_ADDR": ("--admin", "127.0.0.1:9901"),
     "ORRERY_A2A_AUTHZ_ADDR": ("--authz", "127.0.0.1:9191"),
     "ORRERY_A2A_AUTHZ_DIAG_ADDR": ("--authz-diag", "127.0.0.1:9192"),
     "ORRERY_A2A_AUTHZ_HTTP_ADDR": ("--authz-http", "127.0.0.1:9194"),
@@ -43,7 +46,7 @@ ADDRESSES: Mapping[str, tuple[str, str]] = {
 @dataclass(frozen=True, slots=True)
 class StackSettings:
     listen: Address
-    admin: Address
+    admin: Path  # Envoy's admin socket, in `state_dir`
     authz: Address
     authz_diag: Address
     adapter: Address
@@ -77,25 +80,34 @@ class StackSettings:
         on to check the components with what it could read."""
         reader = EnvReader(env)
         address = {name: reader.address(name, default) for name, (_, default) in ADDRESSES.items()}
-        for name, what in (
-            ("ORRERY_A2A_ISSUER_ADDR", "the dev issuer"),
-            ("ORRERY_A2A_ENVOY_ADMIN_ADDR", ADMIN),
-        ):
-            try:
-                require_loopback(address[name][0], what)
-            except NotLoopback as exc:
-                reader.problem(name, str(exc))
+        try:
+            require_loopback(address["ORRERY_A2A_ISSUER_ADDR"][0], "the dev issuer")
+        except NotLoopback as exc:
+            reader.problem("ORRERY_A2A_ISSUER_ADDR", str(exc))
+        state_dir = default_state_dir(env)
+        admin = state_dir / ENVOY_ADMIN_SOCKET
+        if problem := socket_path_problem(admin, ADMIN_SOCKET):
+            reader.problem(
+                "ORRERY_A2A_STATE_DIR (--state-dir)",
+                f"{problem}: choose a shorter state directory",
+            )
+        if reader.raw(RETIRED_ADMIN_VARIABLE):
+            reader.problem(
+                RETIRED_ADMIN_VARIABLE,
+                f"the local stack serves Envoy's admin API only on the Unix socket {admin};"
+                " unset this variable",
+            )
         config = Path(reader.string("ORRERY_A2A_ENVOY_CONFIG", str(repo_config_path())))
         if not config.is_file():
             reader.problem("ORRERY_A2A_ENVOY_CONFIG", f"no such file: {config}")
         settings = cls(
             listen=address["ORRERY_A2A_LISTEN_ADDR"],
-            admin=address["ORRERY_A2A_ENVOY_ADMIN_ADDR"],
+            admin=admin,
             authz=address["ORRERY_A2A_AUTHZ_ADDR"],
             authz_diag=address["ORRERY_A2A_AUTHZ_DIAG_ADDR"],
             adapter=address["ORRERY_A2A_ADAPTER_ADDR"],
             issuer=address["ORRERY_A2A_ISSUER_ADDR"],
-            state_dir=default_state_dir(env),
+            state_dir=state_dir,
             envoy_config=config,
             ready_timeout=reader.seconds("ORRERY_A2A_READY_TIMEOUT", "60s", minimum=1.0),
             replicas=reader.integer("ORRERY_A2A_REPLICAS", 1, minimum=1, maximum=8),

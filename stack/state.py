@@ -25,6 +25,8 @@ from pathlib import Path
 STATE_FILE = "stack.json"
 ISSUER_KEY_FILE = "issuer-key.pem"
 CARD_KEY_FILE = "card-key.pem"
+# Envoy's admin API (drain, quit, fail health, change runtime): a 0600 socket here, not a port.
+ENVOY_ADMIN_SOCKET = "envoy-admin.sock"
 
 
 class StackError(Exception):

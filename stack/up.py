@@ -37,11 +37,12 @@ from runtime.env import EnvReader
 from stack import envoy_config
 from stack.addresses import client_host
 from stack.children import python_module
-from stack.envoy_admin import stop_accepting
+from stack.envoy_admin import admin_session, stop_accepting
 from stack.keys import new_assertion_keys, new_signing_key, private_pem
 from stack.settings import StackSettings
 from stack.state import (
     CARD_KEY_FILE,
+    ENVOY_ADMIN_SOCKET,
     ISSUER_KEY_FILE,
     STATE_FILE,
     StackError,
@@ -161,7 +162,8 @@ def single_instance(state_dir: Path) -> Iterator[None]:
 
 
 def envoy_probe(admin_file: Path) -> Probe:
-    """Ready when the admin API (address from `--admin-address-path`) answers /ready with 200."""
+    """Ready when the admin API (where `--admin-address-path` says it listens: the stack's Unix
+    socket, once Envoy has bound it) answers /ready with 200."""
 
     async def probe() -> dict[str, Any] | None:
         try:
@@ -171,10 +173,7 @@ def envoy_probe(admin_file: Path) -> Probe:
         if not admin:
             return None
         try:
-            async with (
-                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session,
-                session.get(f"http://{admin}/ready") as response,
-            ):
+            async with admin_session(admin) as session, session.get("/ready") as response:
                 return {"admin": admin} if response.status == 200 else None
         except (aiohttp.ClientError, TimeoutError):
             return None
@@ -183,7 +182,7 @@ def envoy_probe(admin_file: Path) -> Probe:
 
 
 async def envoy_stops_accepting(details: Mapping[str, Any]) -> None:
-    """Envoy's drain step (`stack.envoy_admin`), at the admin address its probe reported."""
+    """Envoy's drain step (`stack.envoy_admin`), at the admin socket its probe reported."""
     await stop_accepting(str(details["admin"]))
 
 
@@ -195,9 +194,9 @@ def envoy_component(
     *,
     ready_timeout: float = 60.0,
 ) -> Component:
-    """Envoy on `config_path`, ready once its admin API (address written to `admin_file`, where a
-    stale one from an earlier run is removed first) answers /ready; it stops accepting before
-    anything of the stack stops, and stops itself after the adapters."""
+    """Envoy on `config_path`, ready once its admin API (where it listens written to `admin_file`,
+    where a stale one from an earlier run is removed first) answers /ready; it stops accepting
+    before anything of the stack stops, and stops itself after the adapters."""
     admin_file.unlink(missing_ok=True)
     return Component(
         name,
@@ -438,6 +437,7 @@ class LocalStack:
             CARD_KEY_FILE,
             ENVOY_CONFIG_FILE,
             ENVOY_ADMIN_FILE,
+            ENVOY_ADMIN_SOCKET,
         ):
             (self.state_dir / name).unlink(missing_ok=True)
 

@@ -178,3 +178,24 @@ def port_free(address: str) -> bool:
         except OSError:
             return False
     return True
+
+
+def listening_tcp_ports(pids: Iterable[int]) -> set[tuple[str, int]]:
+    """Every TCP (host, port) one of `pids` listens on, from the kernel's own tables (Linux
+    /proc): not what a process says it bound, so a port nobody announced is found too."""
+    inodes: set[str] = set()
+    for pid in pids:
+        try:
+            links = [entry.readlink() for entry in Path(f"/proc/{pid}/fd").iterdir()]
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue  # gone while we looked
+        inodes |= {str(link)[8:-1] for link in links if str(link).startswith("socket:[")}
+    found: set[tuple[str, int]] = set()
+    for table, loopback in (("/proc/net/tcp", "127.0.0.1"), ("/proc/net/tcp6", "::1")):
+        for row in Path(table).read_text().splitlines()[1:]:
+            fields = row.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # 0A: LISTEN
+                # Any local address reaches a loopback or wildcard listener from this host.
+                found.add((loopback, int(local.rsplit(":", 1)[1], 16)))
+    return found

@@ -27,29 +27,37 @@ ALLOWED: dict[str, frozenset[str]] = {
     "runtime": frozenset({"runtime"}),
     "authz": SHARED | {"authz"},
     "adapter": SHARED | {"adapter"},
+    # A gateway reaches the adapter only through the seam (`GATEWAY_SEAM`, checked below).
+    "gateways": SHARED | {"adapter", "gateways"},
     "stack": SHARED | {"stack"},
     "tests/contract": frozenset({"contract", "tests"}),
     "tests/runtime": frozenset({"runtime", "tests"}),
     "tests/authz": SHARED | {"authz", "tests"},
-    "tests/adapter": SHARED | {"adapter", "tests"},
+    "tests/adapter": SHARED | {"adapter", "gateways", "tests"},
+    "tests/gateways": SHARED | {"adapter", "gateways", "tests"},
     "tests/stack": SHARED | {"stack", "tests"},
-    "tests/e2e": SHARED | {"adapter", "stack", "tests"},
+    "tests/e2e": SHARED | {"adapter", "gateways", "stack", "tests"},
     "tests/docker": SHARED | {"stack", "tests"},
     # The deployment is both services at once: its tests read each one's settings and metric
     # definitions to check the manifests, alerts and dashboard against them.
     "tests/deploy": SHARED | {"adapter", "authz", "stack", "tests"},
     "bench/authz_bench.py": SHARED | {"authz"},
     "bench/adapter_bench.py": SHARED | {"adapter"},
-    "bench/adapter_stock_server.py": SHARED | {"adapter"},
+    "bench/adapter_stock_server.py": SHARED | {"adapter", "gateways"},
     "bench/e2e_bench.py": SHARED | {"adapter", "stack"},
     "bench/flood_bench.py": SHARED | {"stack"},
     "bench/list_tasks_bench.py": SHARED | {"adapter"},
     "bench/check_profile.py": SHARED | {"authz"},
     "bench/memory_bench.py": SHARED | {"authz"},
     "bench/adapter_memory.py": SHARED | {"adapter"},
+    "bench/adk_bench.py": SHARED | {"adapter", "gateways"},
+    "bench/adk_to_a2a_server.py": SHARED | {"gateways"},
     "bench/proxy_bench.py": SHARED | {"stack"},
+    "bench/outbound_bench.py": SHARED | {"gateways"},
     "bench/__main__.py": SHARED,
 }
+# Of the adapter, a gateway imports only the seam: the adapter loads gateways by name.
+GATEWAY_SEAM = "adapter.gateway"
 # The contract is the one piece both services run: nothing beyond these may come with it.
 CONTRACT_THIRD_PARTY = frozenset({"cryptography"})
 
@@ -93,6 +101,29 @@ def test_every_area_of_ours_has_a_rule() -> None:
     areas |= {str(path.parent.relative_to(ROOT)) for path in ROOT.glob("tests/*/__init__.py")}
     areas |= {str(path.relative_to(ROOT)) for path in ROOT.glob("bench/*.py")}
     assert sorted(areas - ALLOWED.keys()) == []
+
+
+def adapter_modules(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, module) of every import of the adapter's modules in the file."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        yield from ((node.lineno, name) for name in names if name.partition(".")[0] == "adapter")
+
+
+def test_gateways_reach_the_adapter_only_through_the_seam() -> None:
+    """A gateway imports `adapter.gateway` and nothing else of the adapter."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in python_files("gateways")
+        for line, module in adapter_modules(path)
+        if module != GATEWAY_SEAM
+    ]
+    assert found == []
 
 
 def test_top_level_test_modules_do_not_import_authz() -> None:

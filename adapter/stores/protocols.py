@@ -199,7 +199,7 @@ class Claim:
     """The task a message belongs to: claimed by the first send of it, found by its retries."""
 
     task_id: str
-    fingerprint: str  # of the message's content, so a different message under the id is told
+    fingerprint: str  # of the message's content (part of the key too): what was claimed
     age: float  # seconds since the claim was made (or taken over), by the store's clock
     mine: bool = False  # True only for the `claim` call that made it
 

@@ -120,11 +120,15 @@ class Server:
 
     @asynccontextmanager
     async def client(
-        self, principal: Principal, *, streaming: bool = False
+        self, principal: Principal, *, streaming: bool = False, binding: str = "JSONRPC"
     ) -> AsyncIterator[Client]:
-        """The real a2a-sdk client (ClientFactory, JSON-RPC transport) acting as `principal`."""
+        """The real a2a-sdk client (ClientFactory) acting as `principal`, on the card's
+        interface of `binding` (JSONRPC, or HTTP+JSON)."""
         async with self.http(principal) as http:
-            factory = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming))
+            config = ClientConfig(
+                httpx_client=http, streaming=streaming, supported_protocol_bindings=[binding]
+            )
+            factory = ClientFactory(config)
             client = await factory.create_from_url(self.base)
             try:
                 yield client

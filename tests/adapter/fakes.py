@@ -10,7 +10,6 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 
-from adapter.demo_gateway import SPECIALISTS, DemoGateway
 from adapter.gateway import (
     ConfirmationStore,
     GatewayContext,
@@ -20,6 +19,7 @@ from adapter.gateway import (
     Turn,
     action_digest,
 )
+from gateways.demo import SPECIALISTS, DemoGateway
 
 
 class RecordingGateway:
@@ -50,6 +50,19 @@ class RecordingGateway:
 
 def create(context: GatewayContext) -> RecordingGateway:
     return RecordingGateway(context)
+
+
+class ClosingGateway(RecordingGateway):
+    """A gateway holding connections of its own: `aclose` counts the adapter's calls."""
+
+    closed = 0
+
+    async def aclose(self) -> None:
+        ClosingGateway.closed += 1
+
+
+def create_closing(context: GatewayContext) -> ClosingGateway:
+    return ClosingGateway(context)
 
 
 class StoreWithoutWithdraw:

@@ -53,7 +53,8 @@ async def test_card_has_the_required_fields(server: Server) -> None:
     assert all(skill["tags"] for skill in card["skills"])
     assert card["version"] == metadata.version("orrery-a2a-edge")  # one version, the package's
     assert card["supportedInterfaces"] == [
-        {"url": server.base + "/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        {"url": server.base + "/a2a", "protocolBinding": binding, "protocolVersion": "1.0"}
+        for binding in ("JSONRPC", "HTTP+JSON")
     ]
     assert card["capabilities"] == {
         "streaming": True,

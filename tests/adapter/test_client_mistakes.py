@@ -82,9 +82,19 @@ async def no_assertion(server: Server) -> httpx.Response:
     return await server.rpc(None, "GetTask", {"id": "x"})
 
 
-async def reused_message_id(server: Server) -> httpx.Response:
-    await server.rpc(ALICE_BOT, "SendMessage", message("how is search?", messageId="same"))
-    return await server.rpc(ALICE_BOT, "SendMessage", message("how is payments?", messageId="same"))
+def rest(method: str, path: str, content: bytes = b"", **headers: str) -> Mistake:
+    """A mistake on the HTTP+JSON binding (below /a2a)."""
+
+    async def mistake(server: Server) -> httpx.Response:
+        sent = {"Content-Type": "application/json", "A2A-Version": "1.0", **headers}
+        async with server.http(ALICE_BOT) as http:
+            return await http.request(method, "/a2a" + path, content=content, headers=sent)
+
+    return mistake
+
+
+async def rest_cancel_finished(server: Server) -> httpx.Response:
+    return await rest("POST", f"/tasks/{await finished_task(server)}:cancel")(server)
 
 
 async def expired_token(server: Server) -> httpx.Response:
@@ -98,7 +108,8 @@ async def expired_token(server: Server) -> httpx.Response:
         return await http.post("/a2a", content=content, headers=headers)
 
 
-# Each mistake and the status and JSON-RPC error code (or edge reason) it is answered with.
+# Each mistake and the status and JSON-RPC error code (or edge reason, or HTTP+JSON ErrorInfo
+# reason) it is answered with.
 MISTAKES: dict[str, tuple[Mistake, int, int | str]] = {
     "message to a finished task": (send_to_finished, 200, -32004),
     "stream to a finished task": (stream_to_finished, 200, -32004),
@@ -133,7 +144,20 @@ MISTAKES: dict[str, tuple[Mistake, int, int | str]] = {
     "wrong content type": (body(b"{}", **{"Content-Type": "text/plain"}), 200, -32005),
     "no assertion": (no_assertion, 401, "assertion_invalid"),
     "a UTF-16 body": (body(b"\xff\xfe" + '{"jsonrpc": "2.0"}'.encode("utf-16-le")), 200, -32700),
-    "a messageId reused for another message": (reused_message_id, 200, -32602),
+    "HTTP+JSON: not JSON": (rest("POST", "/message:send", b"{"), 400, "PARSE_ERROR"),
+    "HTTP+JSON: unknown operation": (rest("GET", "/nothing"), 404, "METHOD_NOT_FOUND"),
+    "HTTP+JSON: wrong content type": (
+        rest("POST", "/message:send", b"{}", **{"Content-Type": "text/plain"}),
+        415,
+        "CONTENT_TYPE_NOT_SUPPORTED",
+    ),
+    "HTTP+JSON: unknown task": (rest("GET", "/tasks/nope"), 404, "TASK_NOT_FOUND"),
+    "HTTP+JSON: cancel a finished task": (rest_cancel_finished, 409, "TASK_NOT_CANCELABLE"),
+    "HTTP+JSON: push": (
+        rest("POST", "/tasks/t/pushNotificationConfigs", b"{}"),
+        400,
+        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+    ),
     "a token past its exp": (expired_token, 401, "token_expired"),
     "a notification": (
         body(json.dumps({"jsonrpc": "2.0", "method": "SendMessage", "params": message()}).encode()),
@@ -147,8 +171,10 @@ def answer(response: httpx.Response) -> int | str:
     if not response.content:
         return ""
     body = response.json()
-    code: int | str = body["error"]["code"] if "jsonrpc" in body else body["error"]
-    return code
+    if "jsonrpc" in body:
+        return int(body["error"]["code"])
+    error = body["error"]  # the edge's reason, or an HTTP+JSON google.rpc.Status
+    return str(error["details"][0]["reason"]) if isinstance(error, dict) else str(error)
 
 
 @pytest.mark.parametrize("mistake", MISTAKES.values(), ids=MISTAKES.keys())

@@ -1,11 +1,12 @@
-"""A retried `messageId` gets the first answer, and the gateway runs once (spec 3.3.1).
+"""A retried message gets the first answer, and the gateway runs once (spec 3.3.1).
 
-A message is named by its `messageId` within a scope: the task it names, or — for a message that
-starts a task — the `contextId` it was sent with (none counts as one scope). The same id with the
-same message in the same scope is a retry: the answer is the task that message made, as it stands
-once that turn is over; the gateway does not run again, also when the duplicates race (one
-process, or two replicas on PostgreSQL). The same id with a different message in the same scope is
-refused (-32602, rule `message_id_reused`). The gateway sees the message id and the task's ids.
+A message is named by its `messageId` and its content within a scope: the task it names, or — for
+a message that starts a task — the `contextId` it was sent with (none counts as one scope). The
+same id with the same message in the same scope is a retry: the answer is the task that message
+made, as it stands once that turn is over; the gateway does not run again, also when the
+duplicates race (one process, or two replicas on PostgreSQL). The same id with a different message
+is another message: it runs (docs/decisions.md, D9). The gateway sees the message id and the
+task's ids.
 """
 
 from __future__ import annotations
@@ -108,31 +109,70 @@ async def test_a_retry_of_a_failed_turn_answers_the_failed_task(server: Server) 
     assert len(server.gateway.turns) == 1
 
 
-@pytest.mark.parametrize("scope", ["a new task", "a follow-up"])
-async def test_a_used_message_id_with_another_message_is_refused(
-    server: Server, scope: str
-) -> None:
-    """Same id, same scope, different text: -32602 message_id_reused, nothing runs."""
+async def test_a_used_message_id_with_another_message_starts_another_task(server: Server) -> None:
+    """Same id, no task named, different text: a new message, so a new task; both ran."""
     mid = uuid.uuid4().hex
-    fields: dict[str, Any] = {}
-    if scope == "a follow-up":
-        waiting = task_of(await send(server, message("restart checkout", uuid.uuid4().hex)))
-        fields = {"taskId": waiting["id"]}
-    await send(server, message("is it done?", mid, **fields))
-    runs = len(server.gateway.turns)
-    refused = await send(server, message("something else", mid, **fields))
-    assert refused["error"]["code"] == -32602
-    assert refused["error"]["data"][0]["metadata"]["rule"] == "message_id_reused"
-    assert len(server.gateway.turns) == runs
+    first = task_of(await send(server, message("how is checkout?", mid)))
+    other = task_of(await send(server, message("how is search?", mid)))
+    assert other["id"] != first["id"]
+    assert other["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert [turn.text for turn in server.gateway.turns] == ["how is checkout?", "how is search?"]
 
 
-async def test_a_follow_up_reusing_the_tasks_first_message_id_is_refused(server: Server) -> None:
-    """The id of the message that started the task names that message on the task too: another
-    message under it is refused (the task's history could not hold both)."""
+async def test_a_retry_of_the_second_message_under_an_id_answers_its_own_task(
+    server: Server,
+) -> None:
+    """Two messages under one id, each sent twice: two tasks, each retry answers its own."""
+    mid = uuid.uuid4().hex
+    first = task_of(await send(server, message("how is checkout?", mid)))
+    other = task_of(await send(server, message("how is search?", mid)))
+    assert task_of(await send(server, message("how is search?", mid)))["id"] == other["id"]
+    assert task_of(await send(server, message("how is checkout?", mid)))["id"] == first["id"]
+    assert len(server.gateway.turns) == 2
+
+
+async def test_a_follow_up_reusing_an_id_of_the_task_for_another_message_runs(
+    server: Server,
+) -> None:
+    """The id of the task's first message, on another text in a follow-up: the turn runs (the
+    SDK keeps the first message under the id in the history), and its retry runs nothing."""
     mid = uuid.uuid4().hex
     waiting = task_of(await send(server, message("restart checkout", mid)))
-    refused = await send(server, message("go ahead", mid, taskId=waiting["id"]))
-    assert refused["error"]["data"][0]["metadata"]["rule"] == "message_id_reused"
+    follow_up = message("is it approved yet?", mid, taskId=waiting["id"])
+    answered = task_of(await send(server, follow_up))
+    again = task_of(await send(server, follow_up))
+    assert answered["id"] == again["id"] == waiting["id"]
+    assert again["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert [turn.text for turn in server.gateway.turns] == [
+        "restart checkout",
+        "is it approved yet?",
+    ]
+
+
+async def test_a_retry_of_a_reused_id_follow_up_that_finished_the_task_answers_it(
+    server: Server,
+) -> None:
+    """A follow-up under a reused id ended the task: its retry gets the finished task, not
+    -32004, and the resumed action ran once."""
+    mid = uuid.uuid4().hex
+    waiting = task_of(await send(server, message("restart checkout", mid)))
+    await approve(server, waiting)
+    resume = message("go ahead", mid, taskId=waiting["id"])
+    finished = task_of(await send(server, resume))
+    again = task_of(await send(server, resume))
+    assert finished["status"]["state"] == again["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert again["id"] == waiting["id"]
+    assert [turn.text for turn in server.gateway.turns] == ["restart checkout", "go ahead"]
+
+
+async def test_a_new_message_to_a_finished_task_under_a_used_id_is_refused(
+    server: Server,
+) -> None:
+    """A finished task takes no new message, whatever its id: -32004, nothing runs."""
+    mid = uuid.uuid4().hex
+    done = task_of(await send(server, message("how is checkout?", mid)))
+    refused = await send(server, message("and search?", mid, taskId=done["id"]))
+    assert refused["error"]["code"] == -32004
     assert len(server.gateway.turns) == 1
 
 
@@ -192,6 +232,31 @@ async def test_duplicates_racing_on_two_replicas_run_the_gateway_once(
     assert len({task["id"] for task in tasks}) == 1
     assert {task["status"]["state"] for task in tasks} == {"TASK_STATE_COMPLETED"}
     assert sum(len(server.gateway.turns) for server in replicas) == 1
+
+
+@pytest.mark.postgres
+async def test_two_messages_under_one_id_racing_on_two_replicas_both_run(
+    replicas: list[Server],
+) -> None:
+    """Different messages under one id, one per replica at once: two tasks, two runs; each
+    retried on the other replica answers its own task and runs nothing."""
+    one, two = replicas
+    mid = uuid.uuid4().hex
+    for server in replicas:
+        server.gateway.hold = asyncio.Event()
+    sends = [
+        asyncio.create_task(send(one, message("how is checkout?", mid))),
+        asyncio.create_task(send(two, message("how is search?", mid))),
+    ]
+    await asyncio.gather(*(server.gateway.started.wait() for server in replicas))
+    for server in replicas:
+        # the fixture's gateway is the holding fake (RecordingGateway)
+        server.gateway.hold.set()  # type: ignore[union-attr]
+    checkout, search = [task_of(answer) for answer in await asyncio.gather(*sends)]
+    assert checkout["id"] != search["id"]
+    assert task_of(await send(two, message("how is checkout?", mid)))["id"] == checkout["id"]
+    assert task_of(await send(one, message("how is search?", mid)))["id"] == search["id"]
+    assert len(one.gateway.turns) + len(two.gateway.turns) == 2
 
 
 @pytest.mark.postgres

@@ -459,17 +459,17 @@ async def test_repeated_message_id_is_a_retry(server: Server) -> None:
     assert len(server.gateway.turns) == 1
 
 
-async def test_a_follow_up_reusing_a_message_id_for_another_message_is_refused(
+async def test_a_follow_up_reusing_a_message_id_for_another_message_runs(
     server: Server,
 ) -> None:
-    """Trap 15: a follow-up reusing the first message's id for another text is -32602
-    (`message_id_reused`): the task's history could not hold both messages."""
+    """Trap 15: a follow-up reusing the first message's id for another text is another message:
+    it runs (the SDK's history keeps the first message under the id)."""
     task = await new_task(server, "restart checkout")
     first_id = task["history"][0]["messageId"]
     follow_up = message("anything", taskId=task["id"], messageId=first_id)
     response = await server.rpc(ALICE_BOT, "SendMessage", follow_up)
-    assert error_of(response)["data"][0]["metadata"]["rule"] == "message_id_reused"
-    assert len(server.gateway.turns) == 1
+    assert response.json()["result"]["task"]["id"] == task["id"]
+    assert [turn.text for turn in server.gateway.turns] == ["restart checkout", "anything"]
 
 
 async def test_list_tasks_shape(server: Server) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from adapter.__main__ import check
 from runtime.version import version
 from tests.adapter.conftest import (
     KEYS_SPEC,
@@ -238,3 +239,23 @@ def test_help_needs_no_configuration(flag: str) -> None:
     assert result.stdout.startswith("usage: python -m adapter")
     assert "ORRERY_A2A_ASSERTION_KEYS" in result.stdout
     assert "docs/contract.md#adapter-variables" in result.stdout
+
+
+async def test_bad_remote_agent_settings_exit_2_naming_the_variable() -> None:
+    """The demo gateway's allowlist is checked at start: http outside loopback stops it."""
+    env = adapter_env(ORRERY_A2A_REMOTE_AGENTS="billing=http://billing.example.com/card")
+    process = start_adapter(env)
+    assert process.finish() == 2
+    assert "ORRERY_A2A_REMOTE_AGENTS" in process.stderr and "Traceback" not in process.stderr
+
+
+def test_check_reports_the_gateways_remote_agent_settings() -> None:
+    """`python -m adapter check` asks the demo gateway's module too."""
+    env = adapter_env(
+        ORRERY_A2A_REMOTE_AGENTS="billing=https://billing.example.com/card",
+        ORRERY_A2A_REMOTE_BILLING_TOKEN_URL="https://idp.example.com/token",
+    )
+    assert check(env) == [
+        "ORRERY_A2A_REMOTE_BILLING_CLIENT_ID: is required",
+        "ORRERY_A2A_REMOTE_BILLING_CLIENT_SECRET_FILE: is required",
+    ]

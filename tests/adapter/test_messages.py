@@ -194,6 +194,9 @@ FORMAT_CHARACTERS = {
     "arabic letter mark": "restart\u061c checkout",
     "invisible tag characters": "how is checkout?\U000e0049\U000e0047\U000e004e",
     "word joiner": "restart\u2060checkout",
+    "unassigned ignorable": "restart\u2065 checkout",
+    "unassigned specials": "restart checkout\ufff0",
+    "unassigned tag": "restart\U000e0000 checkout",
 }
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from adapter import app as adapter_app
 from adapter.handler import RequestHandler
+from tests.adapter import fakes
 from tests.adapter.conftest import running
 
 
@@ -31,3 +32,11 @@ async def test_a_handler_that_never_finishes_closing_does_not_hold_up_the_stop(
         pass
     events = [record.getMessage() for record in caplog.records if record.name == "adapter"]
     assert events == ["handler_close_timeout"]
+
+
+async def test_the_gateway_is_closed_once_when_the_adapter_stops() -> None:
+    """A gateway's optional `aclose` runs once at the stop (its connections close)."""
+    fakes.ClosingGateway.closed = 0
+    async with running({"ORRERY_A2A_GATEWAY": "tests.adapter.fakes:create_closing"}):
+        assert fakes.ClosingGateway.closed == 0
+    assert fakes.ClosingGateway.closed == 1

@@ -252,10 +252,13 @@ class RunningAuthz:
         surface: str | None = None,
         path: str | None = None,
         request_id: str | None = "req-1",
+        source: str | None = None,
     ) -> CheckResponse:
         """A Check as our Envoy sends it: `surface` is the route label, and the path is that
-        route's unless given."""
+        route's unless given; `source` is the client's address as the proxy saw it."""
         request = CheckRequest()
+        if source is not None:
+            request.attributes.source.address.socket_address.address = source
         http = request.attributes.request.http
         if path is None:
             path = "/approvals/an-action-id" if surface == "approvals" else "/a2a"

@@ -18,6 +18,7 @@ from authz.http_transport import CHECK_PREFIX, MAX_HEAD_BYTES
 from contract.assertion import verify
 from contract.http_checks import CARRIERS
 from tests.authz.support import Issuer, RunningAuthz, base_env, running_authz
+from tests.waiting import eventually
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -256,3 +257,74 @@ async def test_health_follows_the_keys(authz_http: RunningAuthz) -> None:
 async def test_without_the_variable_there_is_no_http_transport(authz: RunningAuthz) -> None:
     """ORRERY_A2A_AUTHZ_HTTP_ADDR unset: gRPC only."""
     assert authz.bound.http is None
+
+
+async def test_a_denied_head_check_is_answered_without_a_body(
+    authz_http: RunningAuthz, issuer: Issuer
+) -> None:
+    """A check for a HEAD request is itself a HEAD: its denial has headers only (a body would be
+    read as the start of the next answer), so the next check on the connection is answered
+    cleanly."""
+    head = check_request().replace(b"POST ", b"HEAD ", 1)
+    async with connection(authz_http) as (reader, writer):
+        writer.write(head + head + check_request(token=issuer.token()))
+        for _ in range(2):
+            denial = await reader.readuntil(b"\r\n\r\n")
+            assert denial.startswith(b"HTTP/1.1 401 ")
+            assert b"www-authenticate: Bearer" in denial
+        assert (await read_answer(reader)).status == 200
+
+
+async def test_trailers_are_not_headers(authz_http: RunningAuthz, issuer: Issuer) -> None:
+    """A chunked check whose trailer carries a credential is refused (400, closed): only the
+    header section is what Envoy asks about."""
+    data = (
+        f"POST {CHECK_PREFIX.decode()}/a2a HTTP/1.1\r\nhost: x\r\nx-request-id: req-1\r\n"
+        f"transfer-encoding: chunked\r\n\r\n0\r\nauthorization: Bearer {issuer.token()}\r\n\r\n"
+    ).encode()
+    async with connection(authz_http) as (reader, writer):
+        writer.write(data)
+        answer = await read_answer(reader)
+        assert (answer.status, answer.headers["connection"]) == (400, "close")
+        assert await reader.read() == b""
+
+
+async def test_an_idle_connection_is_closed(jwks_file: Path, issuer: Issuer) -> None:
+    """A connection with nothing to answer for ORRERY_A2A_AUTHZ_HTTP_IDLE_TIMEOUT is closed; one
+    in use is not."""
+    env = {
+        **base_env(jwks_file=jwks_file),
+        "ORRERY_A2A_AUTHZ_HTTP_ADDR": "127.0.0.1:0",
+        "ORRERY_A2A_AUTHZ_HTTP_IDLE_TIMEOUT": "200ms",
+    }
+    async with running_authz(env) as authz, connection(authz) as (reader, writer):
+        writer.write(check_request(token=issuer.token()))
+        assert (await read_answer(reader)).status == 200
+        assert await asyncio.wait_for(reader.read(), timeout=10) == b""
+
+
+async def test_connections_past_the_cap_are_closed_unread(jwks_file: Path, issuer: Issuer) -> None:
+    """With ORRERY_A2A_AUTHZ_HTTP_MAX_CONNECTIONS open, one more is closed without an answer;
+    the open ones still answer, and a connection is accepted again once one closes."""
+    env = {
+        **base_env(jwks_file=jwks_file),
+        "ORRERY_A2A_AUTHZ_HTTP_ADDR": "127.0.0.1:0",
+        "ORRERY_A2A_AUTHZ_HTTP_MAX_CONNECTIONS": "2",
+    }
+    token = issuer.token()
+    async with running_authz(env) as authz:
+        async with connection(authz) as (reader1, writer1), connection(authz):
+            async with connection(authz) as (reader3, writer3):
+                writer3.write(check_request(token=token))
+                assert await asyncio.wait_for(reader3.read(), timeout=10) == b""
+            writer1.write(check_request(token=token))
+            assert (await read_answer(reader1)).status == 200
+
+        async def answered() -> bool:
+            async with connection(authz) as (reader, writer):
+                writer.write(check_request(token=token))
+                with contextlib.suppress(asyncio.IncompleteReadError):
+                    return (await read_answer(reader)).status == 200
+                return False
+
+        await eventually(answered)

@@ -108,3 +108,22 @@ async def test_a_token_for_both_audiences_is_refused_on_a2a_too(
     """A token naming the console audience is a console token: never a machine's on /a2a."""
     refusal = denied(await authz.check(token=issuer.token(**claims)))
     assert (refusal.status, refusal.reason) == (403, "forbidden")
+
+
+@pytest.mark.parametrize(("role", "autonomy"), [("viewer", "L1"), ("operator", "L2")])
+async def test_any_recognised_role_makes_the_person_a_human(
+    authz: RunningAuthz, issuer: Issuer, role: str, autonomy: str
+) -> None:
+    """The person's own role and autonomy are not compared with the action's level
+    (docs/contract.md#approvals): any recognised role is enough; the assertion says which."""
+    response = await authz.check(token=issuer.token(**person(roles=[role])), **APPROVALS)
+    principal = adapter_verify(authz.settings.assertion_keys, response, surface="approvals")
+    assert (principal.principal.kind, principal.principal.autonomy) == ("human", autonomy)
+
+
+async def test_a_person_without_a_recognised_role_is_refused(
+    authz: RunningAuthz, issuer: Issuer
+) -> None:
+    """No recognised role: 403 insufficient_scope, on the approvals surface as on a2a."""
+    refusal = denied(await authz.check(token=issuer.token(**person(roles=["intern"])), **APPROVALS))
+    assert (refusal.status, refusal.reason) == (403, "insufficient_scope")

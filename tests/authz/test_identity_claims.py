@@ -55,6 +55,13 @@ INVISIBLE = {
     "soft hyphen": "al\u00adice",
     "line separator": "alice\u2028bob",
     "paragraph separator": "\u2029",
+    # Unassigned, but default-ignorable: any reader that knows a later Unicode (or none) shows
+    # nothing for them (Unicode §5.21), so they hide like format characters.
+    "unassigned ignorable between blanks": " \u2065 ",
+    "unassigned ignorable inside": "ali\u2065ce",
+    "unassigned specials": "alice\ufff0\ufff8",
+    "unassigned tag": "alice\U000e0000",
+    "unassigned tag block": "\U000e0fff",
 }
 SURROGATE = {
     "lone high surrogate": "\ud800",
@@ -93,13 +100,15 @@ WHERE = ["sub", "client_id", "azp", "azp beside client_id", "act.sub", "nested a
 
 
 def _expected(where: str) -> tuple[int, str, str]:
+    """One rule for every identity claim (docs/contract.md#identifiers): a token whose
+    claims cannot name anyone is an invalid token."""
     if where == "sub":
         return 401, "token_invalid", "token sub is missing, empty or malformed"
     if where.startswith("azp"):
-        return 403, "forbidden", "azp claim is malformed"
+        return 401, "token_invalid", "token azp is malformed"
     if where == "client_id":
-        return 403, "forbidden", "client_id claim is malformed"
-    return 403, "forbidden", "act claim is malformed"
+        return 401, "token_invalid", "token client_id is malformed"
+    return 401, "token_invalid", "token act is malformed"
 
 
 @pytest.mark.parametrize("value", REFUSED.values(), ids=REFUSED.keys())
@@ -107,11 +116,47 @@ def _expected(where: str) -> tuple[int, str, str]:
 async def test_a_blank_invisible_or_unencodable_identity_is_refused(
     authz: RunningAuthz, issuer: Issuer, where: str, value: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The claim's normal refusal (401 for sub, 403 for the others), never a failed Check."""
+    """401 token_invalid with RFC 6750's `invalid_token` naming the claim, never a failed
+    Check."""
     with caplog.at_level(logging.INFO):
         refusal = denied(await authz.check(token=issuer.token(**_claims_with(where, value))))
     assert (refusal.status, refusal.reason, refusal.description) == _expected(where)
+    assert 'error="invalid_token"' in refusal.headers["www-authenticate"]
     assert not [record for record in caplog.records if record.getMessage() == "check_failed"]
+
+
+@pytest.mark.parametrize("where", WHERE)
+async def test_an_oversize_identity_claim_is_an_invalid_token(
+    authz: RunningAuthz, issuer: Issuer, where: str
+) -> None:
+    """A 4 KiB identity claim is refused like a malformed one, whichever claim it is: 401
+    token_invalid (the token's claims cannot name anyone), not a 403."""
+    token = issuer.token(**_claims_with(where, "a" * 4096))
+    refusal = denied(await authz.check(token=token))
+    assert (refusal.status, refusal.reason, refusal.description) == _expected(where)
+    assert 'error="invalid_token"' in refusal.headers["www-authenticate"]
+
+
+async def test_identity_claims_too_large_together_are_an_invalid_token(
+    authz: RunningAuthz, issuer: Issuer
+) -> None:
+    """Claims each within the size of an identifier, which escaped in the principal key do not
+    fit one assertion together: the same 401 token_invalid, not a 403."""
+    quoted = '"' * 200
+    token = issuer.token(sub=quoted, client_id=quoted, act={"sub": quoted}, roles=["admin"])
+    refusal = denied(await authz.check(token=token))
+    assert (refusal.status, refusal.reason) == (401, "token_invalid")
+    assert refusal.description == "token identity claims are too large"
+    assert 'error="invalid_token"' in refusal.headers["www-authenticate"]
+
+
+@pytest.mark.parametrize("where", WHERE)
+async def test_an_identity_claim_of_the_largest_size_is_accepted(
+    authz: RunningAuthz, issuer: Issuer, where: str
+) -> None:
+    """256 UTF-8 bytes (an e-mail address is at most 254) is an identifier."""
+    response = await authz.check(token=issuer.token(**_claims_with(where, "é" * 128)))
+    assert "x-orrery-principal" in ok_headers(response)
 
 
 # Where an accepted value shows up in the principal (None: accepted, but not what is named).

@@ -189,3 +189,13 @@ def test_file_source_is_polled_every_second_by_default() -> None:
     """A JWKS file is checked for changes every second unless told otherwise."""
     env = minimal_env(ORRERY_A2A_JWKS_URL="<unset>", ORRERY_A2A_JWKS_FILE="/etc/jwks.json")
     assert AuthzSettings.from_env(env).jwks.refresh == 1.0
+
+
+def test_a_key_entry_without_kid_never_reaches_the_startup_error() -> None:
+    """A secret pasted without `kid=` (and padded) is named by position in the error authz
+    prints at start-up, never shown."""
+    secret = new_keys_spec("k1").partition("=")[2] + "="
+    with pytest.raises(ConfigError) as caught:
+        AuthzSettings.from_env(minimal_env(ORRERY_A2A_ASSERTION_KEYS=secret))
+    assert secret.rstrip("=") not in str(caught.value)
+    assert "ORRERY_A2A_ASSERTION_KEYS: entry 1: secret is not base64url" in str(caught.value)

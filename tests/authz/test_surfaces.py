@@ -14,6 +14,21 @@ from authz.errors import Forbidden
 from authz.surfaces import surface_of
 
 ACTION = "Qm8tX2zVb3kRn1-_aB9cDe4F"  # the shape of a real action id (token_urlsafe(18))
+TASK = "0f6c3f0e-8a44-4f55-9e7c-1d2b3c4d5e6f"  # the shape of a real task id (a UUID)
+# The HTTP+JSON binding's paths below /a2a (adapter/rest.py), each on the a2a surface.
+HTTP_JSON = [
+    "/a2a/message:send",
+    "/a2a/message:stream",
+    "/a2a/tasks",
+    "/a2a/tasks?contextId=c-1&pageSize=2",
+    f"/a2a/tasks/{TASK}",
+    f"/a2a/tasks/{TASK}?historyLength=1",
+    f"/a2a/tasks/{TASK}:cancel",
+    f"/a2a/tasks/{TASK}:subscribe",
+    f"/a2a/tasks/{TASK}/pushNotificationConfigs",
+    f"/a2a/tasks/{TASK}/pushNotificationConfigs/cfg-1",
+    "/a2a/extendedAgentCard",
+]
 
 
 @pytest.mark.parametrize(
@@ -25,10 +40,11 @@ ACTION = "Qm8tX2zVb3kRn1-_aB9cDe4F"  # the shape of a real action id (token_urls
         (f"/approvals/{ACTION}", "approvals"),
         (f"/approvals/{ACTION}?decision=approve", "approvals"),
         ("/approvals/-leading-dash", "approvals"),
+        *((path, "a2a") for path in HTTP_JSON),
     ],
 )
 def test_canonical_paths_name_their_surface(path: str, surface: str) -> None:
-    """Without a label: the two routes, query strings ignored."""
+    """Without a label: the routes, query strings ignored; HTTP+JSON's are a2a's."""
     assert surface_of(None, path) == surface
     assert surface_of("", path) == surface
 
@@ -78,6 +94,30 @@ TRICKS = [
     "/approvals/\u0430ction",  # Cyrillic a
     "/a2a\u200b",
     f"/approvals/{'a' * 129}",
+    # the HTTP+JSON paths misspelt: other cases, odd ids, extra or missing parts, other verbs
+    "/a2a/message:Send",
+    "/a2a/Message:send",
+    "/a2a/message:delete",
+    "/a2a/message",
+    "/a2a/message:send/",
+    "/a2a/message:send:stream",
+    "/a2a/tasks/",
+    f"/a2a/tasks/{TASK}/",
+    f"/a2a/tasks/{TASK}:cancel/",
+    f"/a2a/tasks/{TASK}:approve",
+    f"/a2a/tasks/{TASK}:cancel:subscribe",
+    f"/a2a/tasks/{TASK}/history",
+    f"/a2a/tasks/{TASK}/pushNotificationConfigs/",
+    f"/a2a/tasks/{TASK}/pushNotificationConfigs/a/b",
+    f"/a2a/tasks/{TASK}/../../approvals/{ACTION}",
+    f"/a2a/tasks/{TASK}%3Acancel",
+    "/a2a/tasks/a.b",
+    "/a2a/tasks/a:b:cancel",
+    f"/a2a/tasks/{'a' * 129}",
+    "/a2a/extendedagentcard",
+    "/a2a/extendedAgentCard/",
+    "/a2a//tasks",
+    "/a2a/tasks//x",
     # not an origin-form path at all
     "",
     "a2a",
@@ -101,7 +141,13 @@ def test_every_other_spelling_is_refused(path: str) -> None:
 
 @pytest.mark.parametrize(
     ("label", "path"),
-    [("a2a", f"/approvals/{ACTION}"), ("approvals", "/a2a"), ("approvals", "/a2a/")],
+    [
+        ("a2a", f"/approvals/{ACTION}"),
+        ("approvals", "/a2a"),
+        ("approvals", "/a2a/"),
+        ("approvals", "/a2a/message:send"),
+        ("approvals", f"/a2a/tasks/{TASK}:cancel"),
+    ],
 )
 def test_a_label_that_disagrees_with_the_path_is_refused(label: str, path: str) -> None:
     """A route labelled one surface cannot authorize the other surface's path."""

@@ -348,6 +348,38 @@ def test_key_spec_errors_name_the_problem(spec: str, problem: str) -> None:
         AssertionKeys.parse(spec)
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param(b64url_encode(b"s" * 32) + "=", id="no kid, padded secret"),
+        pytest.param(b64url_encode(b"s" * 32) + "==", id="no kid, doubly padded"),
+        pytest.param(b64url_encode(b"s" * 30) + "=bad*", id="secret before an equals sign"),
+        pytest.param(
+            "k1=" + b64url_encode(b"s" * 32) + "," + b64url_encode(b"s" * 32) + "=",
+            id="second entry without kid",
+        ),
+        pytest.param(
+            b64url_encode(b"s" * 32)
+            + "="
+            + b64url_encode(b"t" * 32)
+            + ","
+            + b64url_encode(b"s" * 32)
+            + "="
+            + b64url_encode(b"t" * 32),
+            id="secret as kid, listed twice",
+        ),
+    ],
+)
+def test_a_malformed_key_entry_never_echoes_key_material(spec: str) -> None:
+    """Whatever is wrong with an entry, the error names its position, not any part of it: an
+    entry without `kid=` puts the secret where the kid would be."""
+    with pytest.raises(ValueError, match=r"^entry \d+: ") as raised:
+        AssertionKeys.parse(spec)
+    message = str(raised.value)
+    for secret in (b64url_encode(b"s" * 32), b64url_encode(b"s" * 30), b64url_encode(b"t" * 32)):
+        assert secret[:8] not in message
+
+
 def test_keys_repr_hides_secrets() -> None:
     """Printing the key set shows kids only."""
     keys = AssertionKeys.parse("k1=" + b64url_encode(b"s" * 32))

@@ -2,7 +2,10 @@
 the dashboard and the rules query only metrics that exist.
 
 "Exist" means: ours as the code defines them (authz's and the adapter's registries, with the
-suffixes Prometheus adds), Envoy's as the real Envoy serves them on its diag listener.
+suffixes Prometheus adds), Envoy's as the real Envoy serves them on its diag listener, Istio's
+standard metrics (Istio mode) and Prometheus' own `up`. Every alert links its runbook, a section
+of docs/runbooks.md, and the copies a cluster takes (the PrometheusRules, the chart's file) are
+the rules file's groups as they are now.
 """
 
 from __future__ import annotations
@@ -10,16 +13,27 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from tests.deploy.conftest import MONITORING, promtool
+from tests.deploy.conftest import MONITORING, REPO, promtool
 
 ALERTS = MONITORING / "alerts.yaml"
+RUNBOOKS = REPO / "docs/runbooks.md"
+SYNCED = (
+    "kubernetes/components/monitoring/prometheusrule.yaml",
+    "kubernetes/components/monitoring-istio/prometheusrule.yaml",
+    "helm/orrery-a2a-edge/files/alerts.yaml",
+)
+# Istio's standard metrics (the mesh proxy's, Istio mode) and Prometheus' own per-target series.
+ISTIO_METRICS = {"istio_requests_total", "istio_request_duration_milliseconds_bucket"}
+PROMETHEUS_METRICS = {"up"}
 ALERT_TESTS = MONITORING / "alerts.test.yaml"
 DASHBOARD = MONITORING / "dashboard.json"
 
@@ -31,10 +45,14 @@ _SERIES = re.compile(r"^([a-zA-Z_:][\w:]*)[{ ]", re.MULTILINE)
 _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
 
 
-def _exprs_in_rules() -> Iterator[str]:
+def _rules() -> Iterator[dict[str, Any]]:
     for group in yaml.safe_load(ALERTS.read_text())["groups"]:
-        for rule in group["rules"]:
-            yield str(rule["expr"])
+        yield from group["rules"]
+
+
+def _exprs_in_rules() -> Iterator[str]:
+    for rule in _rules():
+        yield str(rule["expr"])
 
 
 def _exprs_in_dashboard() -> Iterator[str]:
@@ -122,10 +140,15 @@ def test_every_alert_has_a_passing_unit_test() -> None:
 
 
 def test_dashboard_covers_what_operators_watch() -> None:
-    """Decisions by reason, latency, 429s, 503s, key health, tasks and approvals pending."""
+    """Decisions by reason, latency, 429s, 503s, key health, tasks and approvals pending, the
+    certificate's days left, the scrape targets, and Istio mode's answers from its own metrics."""
     dashboard = json.loads(DASHBOARD.read_text())
     titles = {panel["title"] for panel in dashboard["panels"]}
     assert {
+        "TLS certificate days left",
+        "scrape targets up",
+        "Istio mode: answers by code",
+        "Istio mode: 5xx share and authz failures",
         "authz decisions by reason",
         "authz Check latency",
         "adapter latency by method",
@@ -161,6 +184,39 @@ async def test_dashboard_and_alerts_query_only_metrics_that_exist(tmp_path: Path
     assert response.status == 200
     # Series names as served (Envoy's counters carry no `_total`, so no parser renaming here).
     envoy_names = set(_SERIES.findall(response.body.decode()))
-    known = our_metrics() | envoy_names
+    known = our_metrics() | envoy_names | ISTIO_METRICS | PROMETHEUS_METRICS
     assert sorted(queried - known) == []
     assert {n for n in queried if n.startswith("envoy_")} <= envoy_names
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower-cased, punctuation dropped, spaces as hyphens."""
+    headings = re.findall(r"^#+ (.+)$", markdown, re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_alert_links_a_runbook_section_that_exists() -> None:
+    """Each alert's runbook_url is a section of docs/runbooks.md (the chart prefixes the
+    operator's base URL); the page has a section for each anchor."""
+    anchors = _anchors(RUNBOOKS.read_text())
+    for rule in _rules():
+        page, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert page == "docs/runbooks.md", rule["alert"]
+        assert anchor in anchors, rule["alert"]
+
+
+def test_the_rules_copies_are_the_rules_file_as_it_is(tmp_path: Path) -> None:
+    """The PrometheusRules of deploy/kubernetes and the chart's files/alerts.yaml are what
+    deploy/monitoring/sync-rules writes now: edit alerts.yaml, and this fails until it is run."""
+    subprocess.run([sys.executable, str(MONITORING / "sync-rules"), str(tmp_path)], check=True)
+    deploy = REPO / "deploy"
+    for relative in SYNCED:
+        assert (tmp_path / relative).read_text() == (deploy / relative).read_text(), relative
+
+
+def test_the_edge_5xx_alert_leaves_out_the_callers_508() -> None:
+    """Both 5xx alerts (our Envoy's, Istio mode's) take 508 loop_detected away: a caller's loop
+    refused is not the edge failing."""
+    by_name = {rule["alert"]: str(rule["expr"]) for rule in _rules()}
+    assert 'reason="loop_detected"' in by_name["OrreryEdgeServerErrors"]
+    assert 'response_code!="508"' in by_name["OrreryIstioServerErrors"]

@@ -13,12 +13,13 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from stack import envoy_config
+from stack import edge_policy, envoy_config
 from tests.docker import compose, engine
 from tests.docker.variables import REQUIRED
 
@@ -114,6 +115,8 @@ def test_envoy_runs_the_same_envoy_yaml_rendered_for_a_container(
             "ORRERY_A2A_CLIENT_RATE_LIMIT",
             "ORRERY_A2A_CLIENT_RATE_BURST",
             "ORRERY_A2A_ENVOY_MAX_HEAP",
+            "ORRERY_A2A_XFF_TRUSTED_HOPS",
+            "ORRERY_A2A_PROXY_PROTOCOL",
             "ORRERY_A2A_ADAPTER_DIAG_ADDR",
             "ORRERY_A2A_TLS_CERT",
             "ORRERY_A2A_TLS_KEY",
@@ -271,13 +274,11 @@ def test_docker_env_exports_the_images_the_tests_expect() -> None:
 
 
 def test_the_edge_policy_reaches_the_renderer(services: dict[str, Any]) -> None:
-    """CORS origins, the per-address budget and the heap budget are passed to `envoy-config`
-    (empty: the file's own values)."""
+    """Every variable of the edge's policy (`stack.edge_policy`: CORS origins, the per-address
+    budget, the heap budget, trusted hops, PROXY protocol) is passed to `envoy-config` (empty:
+    the file's own values)."""
     environment = services["envoy-config"]["environment"]
-    for variable in (
-        "ORRERY_A2A_CORS_ORIGINS",
-        "ORRERY_A2A_CLIENT_RATE_LIMIT",
-        "ORRERY_A2A_CLIENT_RATE_BURST",
-        "ORRERY_A2A_ENVOY_MAX_HEAP",
-    ):
+    policy = set(re.findall(r'"(ORRERY_A2A_[A-Z_]+)"', Path(edge_policy.__file__).read_text()))
+    assert len(policy) >= 6
+    for variable in sorted(policy):
         assert environment[variable] == f"${{{variable}:-}}"

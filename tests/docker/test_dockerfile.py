@@ -8,14 +8,18 @@ requirement it locks at an allowed version and says how it was made.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
+import stack
+from stack import envoy_config
 from tests.docker.engine import REPO
 from tests.docker.locks import PYPROJECT, locked, normalised
 
 DOCKERFILE = REPO / "Dockerfile"
+IMAGE_APP = "/opt/orrery-app"  # where the Dockerfile installs the project's wheel
 
 
 def _admitted() -> set[str]:
@@ -29,19 +33,35 @@ def _admitted() -> set[str]:
 
 
 def test_the_build_context_holds_only_what_the_image_needs() -> None:
-    """.dockerignore admits the metadata, the two lock files and exactly pyproject's packages:
-    no .env, .git, .venv, tests or state. The Dockerfile copies the context by pattern, so a new
-    package needs a line there and nowhere else."""
+    """.dockerignore admits the metadata, the two lock files, exactly pyproject's packages and the
+    Envoy bootstrap: no .env, .git, .venv, tests or state. The Dockerfile copies the context by
+    pattern, so a new package needs a line there and nowhere else."""
     packages = {name.split(".")[0] for name in PYPROJECT["tool"]["setuptools"]["packages"]}
     assert _admitted() == {
         "pyproject.toml",
         "README.md",
         "requirements/build.txt",
         "requirements/image.txt",
+        "envoy/envoy.yaml",
         *packages,
     }
     copies = re.findall(r"^COPY (?!--from)(.+)$", DOCKERFILE.read_text(), re.MULTILINE)
-    assert copies == ["requirements/build.txt requirements/image.txt /src/requirements/", ". /src/"]
+    assert copies == [
+        "requirements/build.txt requirements/image.txt /src/requirements/",
+        ". /src/",
+        f"envoy/envoy.yaml {IMAGE_APP}/envoy/envoy.yaml",
+    ]
+
+
+def test_the_image_has_the_envoy_bootstrap_where_its_renderer_looks() -> None:
+    """The project installs into IMAGE_APP (stack/ directly under it), and the renderer's
+    default source is envoy/envoy.yaml beside the packages: the pod's envoy-config init
+    container renders it with no --source."""
+    text = DOCKERFILE.read_text()
+    assert f"--target {IMAGE_APP} " in text
+    assert f"COPY envoy/envoy.yaml {IMAGE_APP}/envoy/envoy.yaml" in text
+    packages_dir = Path(stack.__file__).resolve().parent.parent  # IMAGE_APP in the image
+    assert envoy_config.repo_config_path() == packages_dir / "envoy" / "envoy.yaml"
 
 
 def test_the_image_installs_the_locked_runtime_set_and_no_envoy() -> None:

@@ -1,7 +1,8 @@
 """Real Envoy on ephemeral ports: the whole edge, or Envoy alone with upstreams the test controls.
 
-`edge` / `slow_edge` / `replicated_edge` are the whole edge as real processes
-(`tests/e2e/edge.py`), one per session: `edge` exactly as `orrery-a2a up` runs it; `slow_edge` with
+`edge` / `slow_edge` / `replicated_edge` / `adk_edge` are the whole edge as real processes
+(`tests/e2e/edge.py`), one per session: `edge` exactly as `orrery-a2a up` runs it; `adk_edge`
+serving the example ADK agent through the ADK gateway; `slow_edge` with
 a gateway whose turns a test holds open (`held_gateway.py`), Envoy's stream timeouts cut to 2 s and
 keep-alives every 200 ms; `replicated_edge` as `orrery-a2a up --replicas 2` on PostgreSQL and Redis.
 
@@ -27,7 +28,7 @@ import signal
 import socket
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,12 +253,15 @@ async def envoy_for(
     policy: EdgePolicy | None = None,
     admin_port: int = 0,
     authz_transport: envoy_config.AuthzTransport = "grpc",
+    tls: envoy_config.TlsFiles | None = None,
+    edit: Callable[[envoy_config.Config], None] | None = None,
 ) -> AsyncIterator[RunningEnvoy]:
     """Run the real Envoy on `envoy/envoy.yaml`, re-pointed at the test's ports (its own listener
     and admin on port 0: the bound ports are read back from the admin API, so no race), with
     `policy` rendered in as `orrery-a2a up` would. The diag listener reaches the admin API only on
     a port known before start: pass `admin_port`. With `authz_transport="http"`, `authz_port` is
-    authz's HTTP transport."""
+    authz's HTTP transport. `edit` changes the rendered config in place (a deployment shaped
+    otherwise)."""
     config = envoy_config.render(
         envoy_config.load(ENVOY_YAML),
         listen=(listen_host, 0),
@@ -266,7 +270,13 @@ async def envoy_for(
         adapter=("127.0.0.1", adapter_port),
         policy=policy,
         authz_transport=authz_transport,
+        tls=tls,
     )
+    if tls is not None and tls.sds_dir is not None:
+        for name, resource in envoy_config.sds_resources(tls).items():
+            envoy_config.write(resource, tls.sds_dir / name)
+    if edit is not None:
+        edit(config)
     config_path = tmp_path / "envoy.yaml"
     envoy_config.write(config, config_path)
     admin_file = tmp_path / "admin.txt"
@@ -355,6 +365,20 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
 def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
     """The edge as `orrery-a2a up` runs it: demo gateway, envoy/envoy.yaml as shipped."""
     with running_edge(tmp_path_factory.mktemp("edge")) as started:
+        yield started
+
+
+# The example ADK agent behind the ADK gateway (`orrery-a2a up --adk-agent ...`).
+ADK_GATEWAY_ENV = {
+    "ORRERY_A2A_GATEWAY": "gateways.adk:create",
+    "ORRERY_A2A_ADK_AGENT": "gateways.adk.example:root_agent",
+}
+
+
+@pytest.fixture(scope="session")
+def adk_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    """The edge serving the example ADK agent (gateways/adk/example.py; in-memory sessions)."""
+    with running_edge(tmp_path_factory.mktemp("adk-edge"), ADK_GATEWAY_ENV) as started:
         yield started
 
 

@@ -43,6 +43,7 @@ from stack.tokens import Audiences as TokenAudiences
 from stack.tokens import TokenKind, TokenRequest, claims_for, mint_for_stack, sign
 from stack.up import LocalStack, RunSecrets, generate_secrets
 from stack.wiring import DEV_AUDIENCE, DEV_CONSOLE_AUDIENCE
+from tests.admin_socket import admin_client
 from tests.metrics import metric
 
 REPO = Path(__file__).resolve().parents[2]
@@ -181,9 +182,9 @@ class Edge:
     async def envoy_counter(self, name: str) -> int:
         """One of Envoy's counters from its admin API, e.g. `cluster.adapter.upstream_rq_total`
         (how many requests Envoy sent to the adapter)."""
-        async with httpx.AsyncClient(timeout=30) as http:
+        async with admin_client(self.state.admin, timeout=30) as http:
             response = await http.get(
-                f"http://{self.state.admin}/stats",
+                "/stats",
                 params={"format": "json", "filter": f"^{re.escape(name)}$"},
             )
         (stat,) = [s for s in response.json()["stats"] if s.get("name") == name]
@@ -256,12 +257,16 @@ class Edge:
             )
 
     @contextlib.asynccontextmanager
-    async def client(self, token: str, *, streaming: bool = False) -> AsyncIterator[Client]:
-        """The real a2a-sdk client (ClientFactory from the public card) through Envoy."""
+    async def client(
+        self, token: str, *, streaming: bool = False, binding: str = "JSONRPC"
+    ) -> AsyncIterator[Client]:
+        """The real a2a-sdk client (ClientFactory from the public card) through Envoy, on the
+        card's interface of `binding` (JSONRPC, or HTTP+JSON)."""
         async with httpx.AsyncClient(headers=bearer(token), timeout=120) as http:
-            client = await ClientFactory(
-                ClientConfig(httpx_client=http, streaming=streaming)
-            ).create_from_url(self.url)
+            config = ClientConfig(
+                httpx_client=http, streaming=streaming, supported_protocol_bindings=[binding]
+            )
+            client = await ClientFactory(config).create_from_url(self.url)
             try:
                 yield client
             finally:

@@ -16,8 +16,8 @@ import dataclasses
 import os
 from pathlib import Path
 
-from adapter.demo_gateway import DemoGateway
 from adapter.gateway import GatewayContext, Pending, Reply, Turn
+from gateways.demo import DemoGateway
 
 RELEASE_DIR = "ORRERY_E2E_RELEASE_DIR"
 HOLD = "hold "

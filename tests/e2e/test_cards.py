@@ -25,18 +25,17 @@ CARD_PATH = "/.well-known/agent-card.json"
 
 
 async def test_the_public_card_is_a_valid_a2a_1_0_card_for_anyone(edge: Edge) -> None:
-    """No token: 200, a card that parses strictly as AgentCard 1.0, naming Envoy's /a2a."""
+    """No token: 200, a card that parses strictly as AgentCard 1.0, naming Envoy's /a2a for
+    JSON-RPC first, then for HTTP+JSON."""
     async with httpx.AsyncClient(timeout=60) as http:
         response = await http.get(f"{edge.url}{CARD_PATH}")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/json")
     card = ParseDict(response.json(), pb.AgentCard())  # unknown (0.3) keys would fail here
-    (interface,) = card.supported_interfaces
-    assert (interface.url, interface.protocol_binding, interface.protocol_version) == (
-        f"{edge.url}/a2a",
-        "JSONRPC",
-        "1.0",
-    )
+    assert [
+        (interface.url, interface.protocol_binding, interface.protocol_version)
+        for interface in card.supported_interfaces
+    ] == [(f"{edge.url}/a2a", "JSONRPC", "1.0"), (f"{edge.url}/a2a", "HTTP+JSON", "1.0")]
     scheme = card.security_schemes["bearer"].http_auth_security_scheme
     assert (scheme.scheme, scheme.bearer_format) == ("Bearer", "JWT")
     assert [dict(r.schemes) for r in card.security_requirements] == [

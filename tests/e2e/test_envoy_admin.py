@@ -50,3 +50,12 @@ def test_the_command_names_an_admin_api_that_does_not_answer(
         admin = f"127.0.0.1:{closed.getsockname()[1]}"
         assert envoy_admin.main(["stop-accepting", admin]) == 1
     assert f"envoy admin {admin}: ClientConnectorError" in capsys.readouterr().err
+
+
+def test_the_command_names_an_admin_socket_that_does_not_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An absolute path is the admin API's Unix socket (the local stack's): none there, exit 1."""
+    admin = str(tmp_path / "envoy-admin.sock")
+    assert envoy_admin.main(["stop-accepting", admin]) == 1
+    assert f"envoy admin {admin}: UnixClientConnectorError" in capsys.readouterr().err

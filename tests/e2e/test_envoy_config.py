@@ -71,7 +71,13 @@ CORS = "envoy.filters.http.cors"
 LOCAL_RATE_LIMIT = "envoy.filters.http.local_ratelimit"
 BUFFER = "envoy.filters.http.buffer"
 FIXED_HEAP = "envoy.resource_monitors.fixed_heap"
-CONTRACT_HEADERS = {"authorization", "x-request-id", "traceparent", "tracestate"}
+CONTRACT_HEADERS = {
+    "authorization",
+    "x-request-id",
+    "traceparent",
+    "tracestate",
+    "x-envoy-external-address",
+}
 MUTABLE_HEADERS = {
     "x-orrery-principal",
     "x-orrery-trace-link",
@@ -160,7 +166,8 @@ def _socket(address: Any) -> tuple[str, int]:
 def _method(route: Route) -> str | None:
     for matcher in route.match.headers:
         if matcher.name == ":method":
-            return str(matcher.string_match.exact)
+            exact = matcher.string_match.exact
+            return str(exact if exact is not None else matcher.string_match.safe_regex.regex)
     return None
 
 
@@ -396,15 +403,49 @@ def test_only_the_public_card_and_its_keys_are_forwarded_without_authz(
             assert route.direct_response is not None, name
 
 
+REST_ID = "[A-Za-z0-9_-]+"  # an id segment (authz bounds its length: authz/surfaces.py)
+# The HTTP+JSON binding's routes: (path regex, methods, the 405 route after it, its Allow).
+REST_ROUTES = {
+    "a2a_rest_post": (
+        f"/a2a/(message:(send|stream)|tasks/{REST_ID}:(cancel|subscribe))",
+        "POST",
+        "a2a_rest_post_methods",
+        "POST",
+    ),
+    "a2a_rest_get": (
+        f"/a2a/(tasks|tasks/{REST_ID}|extendedAgentCard)",
+        "GET",
+        "a2a_rest_get_methods",
+        "GET",
+    ),
+    "a2a_rest_push": (
+        f"/a2a/tasks/{REST_ID}/pushNotificationConfigs(/{REST_ID})?",
+        "GET|POST|DELETE",
+        "a2a_rest_push_methods",
+        "GET, POST, DELETE",
+    ),
+}
+
+
 def test_each_authz_route_names_its_surface(routes: dict[str, Route]) -> None:
-    """POST /a2a and /a2a/ are surface a2a; /approvals/ is surface approvals."""
+    """POST /a2a and /a2a/ and the HTTP+JSON routes are surface a2a; GET and POST /approvals/
+    are surface approvals."""
     expected = {
         "a2a": ("/a2a", None, "POST", "a2a"),
         "a2a_slash": ("/a2a/", None, "POST", "a2a"),
-        "approvals": (None, "/approvals/", None, "approvals"),
+        "approvals": (None, "/approvals/", "GET|POST", "approvals"),
     }
     forwarding = {name for name, route in routes.items() if route.route is not None}
-    assert forwarding == {*expected, *PUBLIC_ROUTES}
+    assert forwarding == {*expected, *REST_ROUTES, *PUBLIC_ROUTES}
+    for name, (regex, methods, _, _) in REST_ROUTES.items():
+        route = routes[name]
+        assert route.match.safe_regex.regex == regex, name
+        (method,) = route.match.headers
+        matcher = method.string_match
+        assert methods == (matcher.safe_regex.regex if matcher.safe_regex else matcher.exact)
+        assert route.route is not None and route.route.cluster == "adapter"
+        per_route = _per_route(route, EXT_AUTHZ)
+        assert dict(per_route.check_settings.context_extensions) == {"surface": "a2a"}
     for name, (path, prefix, method, surface) in expected.items():
         route = routes[name]
         assert (route.match.path, route.match.prefix, _method(route)) == (path, prefix, method)
@@ -501,7 +542,7 @@ def test_timeouts_bound_requests_but_keep_sse_streams_alive(
     assert datetime.timedelta(0) < hcm.request_timeout <= datetime.timedelta(seconds=60)
     assert hcm.stream_idle_timeout is not None
     assert hcm.stream_idle_timeout >= datetime.timedelta(minutes=1)
-    for name in ("a2a", "a2a_slash"):
+    for name in ("a2a", "a2a_slash", *REST_ROUTES):
         action = routes[name].route
         assert action is not None
         assert action.timeout == datetime.timedelta(0), name  # 0 = no deadline for SSE
@@ -702,10 +743,16 @@ def test_every_answer_carries_its_request_id(hcm: HttpConnectionManager) -> None
 
 
 def test_a_known_paths_other_methods_are_405_with_allow(routes: dict[str, Route]) -> None:
-    """After the card's and its keys' GET routes and /a2a's POST routes, any other method on
-    those paths is a direct 405 naming the allowed method, without authz."""
+    """After the card's and its keys' GET routes, /a2a's POST routes, each HTTP+JSON route and
+    /approvals/'s GET and POST route, any other method on those paths (HEAD included) is a direct
+    405 naming the allowed methods, without authz."""
     names = list(routes)
-    expected = {"public_methods": ("card_keys", "GET"), "a2a_methods": ("a2a_slash", "POST")}
+    expected = {
+        "public_methods": ("card_keys", "GET"),
+        "a2a_methods": ("a2a_slash", "POST"),
+        **{after: (name, allow) for name, (_, _, after, allow) in REST_ROUTES.items()},
+        "approvals_methods": ("approvals", "GET, POST"),
+    }
     for name, (after, allow) in expected.items():
         route = routes[name]
         assert names.index(name) == names.index(after) + 1
@@ -720,6 +767,8 @@ def test_a_known_paths_other_methods_are_405_with_allow(routes: dict[str, Route]
     public = routes["public_methods"].match.safe_regex.regex
     assert public == r"/\.well-known/(agent-card|jwks)\.json"
     assert routes["a2a_methods"].match.safe_regex.regex == "/a2a/?"
+    for name, (regex, _, after, _) in REST_ROUTES.items():
+        assert routes[after].match.safe_regex.regex == regex, name
 
 
 def test_router_adds_no_envoy_headers(http_filters: dict[str, Any]) -> None:
@@ -740,6 +789,7 @@ TRICKS: list[tuple[str, str, dict[str, str], int]] = [
     ("POST", "/a2a;x", {}, 404),
     ("GET", "/a2a", {}, 405),
     ("POST", "/.well-known/agent-card.json", {}, 405),
+    ("DELETE", "/approvals/act-1", {}, 405),
     ("GET", "/.well-known/agent-card.json", {"x_orrery_principal": "forged"}, 400),
     ("POST", "/a2a", {"x_forwarded_for": "1.2.3.4"}, 400),
 ]
@@ -881,15 +931,20 @@ ALLOWED_ORIGIN = "https://console.example"
 async def test_cors_preflights_are_answered_by_envoy_for_allowed_origins_only(
     tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
 ) -> None:
-    """With an origin opted in, Envoy answers its preflights on the card, /a2a and /approvals/
-    (methods, request headers, max age, never credentials); another origin's preflight gets no
-    Access-Control-Allow-Origin, and one for a method the route does not take names only the
-    route's methods: a browser stops either. Preflights reach neither authz nor the upstream."""
+    """With an origin opted in, Envoy answers its preflights on the card, /a2a, the HTTP+JSON
+    operations and /approvals/ (methods, request headers, max age, never credentials); another
+    origin's preflight gets no Access-Control-Allow-Origin, and one for a method the route does
+    not take names only the route's methods: a browser stops either. Preflights reach neither
+    authz nor the upstream."""
     policy = EdgePolicy(cors_origins=(ALLOWED_ORIGIN,))
     wanted = {
         "/.well-known/agent-card.json": "GET",
         "/a2a": "POST",
         "/a2a/": "POST",
+        "/a2a/message:send": "POST",
+        "/a2a/tasks/t-1:subscribe": "POST",
+        "/a2a/tasks": "GET",
+        "/a2a/tasks/t-1/pushNotificationConfigs": "POST",
         "/approvals/act-1": "POST",
     }
     async with envoy_for(
@@ -928,6 +983,8 @@ async def test_cors_preflights_are_answered_by_envoy_for_allowed_origins_only(
         assert "access-control-allow-credentials" not in response.headers
     assert allowed["/a2a"].headers["access-control-allow-methods"] == "POST"
     assert allowed["/approvals/act-1"].headers["access-control-allow-methods"] == "GET, POST"
+    assert allowed["/a2a/message:send"].headers["access-control-allow-methods"] == "POST"
+    assert allowed["/a2a/tasks"].headers["access-control-allow-methods"] == "GET"
     assert wrong_method.headers["access-control-allow-methods"] == "GET"  # a browser stops
     assert other.status == 200  # answered by Envoy, never forwarded
     assert "access-control-allow-origin" not in other.headers
@@ -1043,9 +1100,12 @@ async def test_reserved_headers_are_refused_by_envoy_before_authz(
 async def test_authz_gets_only_contract_headers_and_the_surface(
     tmp_path: Path, recorder: Recorder, fake_authz: FakeAuthz
 ) -> None:
-    """Check carries authorization, x-request-id, trace and x-orrery-* headers, and the surface."""
+    """Check carries authorization, x-request-id, trace and x-orrery-* headers, the client
+    address Envoy trusts (the peer, whatever x-envoy-external-address the client sent) and the
+    surface."""
     sent = {
         "authorization": "Bearer t",
+        "x-envoy-external-address": "203.0.113.1",
         "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
         "x-orrery-hop": "1",
         "cookie": "session=1",
@@ -1058,7 +1118,14 @@ async def test_authz_gets_only_contract_headers_and_the_surface(
     a2a, approvals = fake_authz.checks
     for check in (a2a, approvals):
         headers = set(check.attributes.request.http.headers)
-        assert headers == {"authorization", "traceparent", "x-orrery-hop", "x-request-id"}
+        assert headers == {
+            "authorization",
+            "traceparent",
+            "x-orrery-hop",
+            "x-request-id",
+            "x-envoy-external-address",
+        }
+        assert check.attributes.request.http.headers["x-envoy-external-address"] == "127.0.0.1"
         assert check.attributes.request.http.body == ""
     assert dict(a2a.attributes.context_extensions) == {"surface": "a2a"}
     assert dict(approvals.attributes.context_extensions) == {"surface": "approvals"}

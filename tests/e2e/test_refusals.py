@@ -131,7 +131,12 @@ REFUSALS = {
         lambda edge: bearer(_with_claims(edge, roles=None, scope="openid admin")),
         challenge=_challenge("insufficient_scope", "the token grants no recognised role"),
     ),
-    "malformed act": Refusal(403, "forbidden", lambda edge: bearer(_malformed_act(edge))),
+    "malformed act": Refusal(
+        401,
+        "token_invalid",
+        lambda edge: bearer(_malformed_act(edge)),
+        challenge=_challenge("invalid_token", "token act is malformed"),
+    ),
     "blank subject": Refusal(
         401,
         "token_invalid",
@@ -145,10 +150,22 @@ REFUSALS = {
         challenge=_challenge("invalid_token", "token sub is missing, empty or malformed"),
     ),
     "lone surrogate in the acting agent": Refusal(
-        403, "forbidden", lambda edge: bearer(_with_claims(edge, act={"sub": "\udfff"}))
+        401,
+        "token_invalid",
+        lambda edge: bearer(_with_claims(edge, act={"sub": "\udfff"})),
+        challenge=_challenge("invalid_token", "token act is malformed"),
     ),
     "bidi override in the client": Refusal(
-        403, "forbidden", lambda edge: bearer(_with_claims(edge, client_id="tneilc\u202e"))
+        401,
+        "token_invalid",
+        lambda edge: bearer(_with_claims(edge, client_id="tneilc\u202e")),
+        challenge=_challenge("invalid_token", "token client_id is malformed"),
+    ),
+    "unassigned ignorable between blanks in the subject": Refusal(
+        401,
+        "token_invalid",
+        lambda edge: bearer(_with_claims(edge, sub=" \u2065 ")),
+        challenge=_challenge("invalid_token", "token sub is missing, empty or malformed"),
     ),
 }
 

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,7 +29,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from contract.assertion import Assertion, AssertionKeys, verify
-from stack.envoy_config import AuthzTransport
+from stack.envoy_config import AuthzTransport, Config
 from tests.authz.support import CONSOLE, CONSOLE_CLIENT, Issuer, SigningKey, base_env
 from tests.e2e.conftest import RawResponse, RunningEnvoy, envoy_for, raw_request
 from tests.e2e.edge import running_edge
@@ -69,9 +69,11 @@ async def echo(request: web.Request) -> web.Response:
 
 
 @contextlib.asynccontextmanager
-async def both_transports(root: Path, **env: str) -> AsyncIterator[Transports]:
+async def both_transports(
+    root: Path, *, edit: Callable[[Config], None] | None = None, **env: str
+) -> AsyncIterator[Transports]:
     """authz (both transports, `env` over the defaults below), the echo upstream and one Envoy
-    per transport, under `root`."""
+    per transport (its config changed by `edit`, when given), under `root`."""
     issuer = Issuer.with_keys("ES256")
     jwks = root / "jwks.json"
     jwks.write_text(json.dumps(issuer.jwks()))
@@ -95,12 +97,15 @@ async def both_transports(root: Path, **env: str) -> AsyncIterator[Transports]:
         (root / "grpc").mkdir()
         (root / "http").mkdir()
         async with (
-            envoy_for(root / "grpc", authz_port=_port(serving["grpc"]), adapter_port=upstream) as g,
+            envoy_for(
+                root / "grpc", authz_port=_port(serving["grpc"]), adapter_port=upstream, edit=edit
+            ) as g,
             envoy_for(
                 root / "http",
                 authz_port=_port(serving["http"]),
                 adapter_port=upstream,
                 authz_transport="http",
+                edit=edit,
             ) as h,
         ):
             yield Transports(
@@ -314,10 +319,10 @@ async def test_up_with_the_http_transport_serves_a2a(tmp_path: Path) -> None:
 async def test_a_5xx_denial_is_the_same_503(tmp_path: Path, closed_port: int) -> None:
     """Redis unreachable with ORRERY_A2A_REDIS_FAILURE_MODE=deny: 503 limiter_unavailable on
     both (over HTTP it travels as 463 and Envoy's local reply restores 503)."""
-    env = {
-        "ORRERY_A2A_REDIS_URL": f"redis://127.0.0.1:{closed_port}/0",
-        "ORRERY_A2A_REDIS_FAILURE_MODE": "deny",
-    }
-    async with both_transports(tmp_path, **env) as transports:
+    async with both_transports(
+        tmp_path,
+        ORRERY_A2A_REDIS_URL=f"redis://127.0.0.1:{closed_port}/0",
+        ORRERY_A2A_REDIS_FAILURE_MODE="deny",
+    ) as transports:
         token = transports.issuer.token(sub=(sub := _subject()), client_id=sub)
         await assert_same_denial(transports, "/a2a", bearer(token), 503, "limiter_unavailable")

@@ -24,7 +24,6 @@ from tests.processes import EventProcess
 
 EPHEMERAL = [
     "--listen=127.0.0.1:0",
-    "--admin=127.0.0.1:0",
     "--authz=127.0.0.1:0",
     "--authz-diag=127.0.0.1:0",
     "--adapter=127.0.0.1:0",

@@ -15,6 +15,7 @@ import pytest
 
 from runtime.checks import read_report, report
 from stack import cli, envoy_config
+from stack.state import ENVOY_ADMIN_SOCKET
 
 pytestmark = pytest.mark.slow  # starts `orrery-a2a check` as a process
 
@@ -25,7 +26,6 @@ CLEAN = {
 }
 EPHEMERAL = {
     "ORRERY_A2A_LISTEN_ADDR": "127.0.0.1:0",
-    "ORRERY_A2A_ENVOY_ADMIN_ADDR": "127.0.0.1:0",
     "ORRERY_A2A_AUTHZ_ADDR": "127.0.0.1:0",
     "ORRERY_A2A_AUTHZ_DIAG_ADDR": "127.0.0.1:0",
     "ORRERY_A2A_ADAPTER_ADDR": "127.0.0.1:0",
@@ -83,6 +83,36 @@ def test_a_taken_address_is_named_with_its_flag(
     assert (
         f"  stack:   ORRERY_A2A_ADAPTER_ADDR (--adapter): cannot listen on {taken}"
         " (Address already in use)"
+    ) in out
+
+
+def test_a_state_dir_too_deep_for_the_admin_socket_is_a_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Envoy's admin socket lives in the state directory and a Unix socket's path has at most
+    107 bytes: a deeper directory is a stack problem naming the variable, before anything starts."""
+    deep = tmp_path / ("d" * (108 - len(str(tmp_path))))
+    code, out = check(deep, capsys)
+    assert code == 2
+    socket_path = deep / ENVOY_ADMIN_SOCKET
+    assert (
+        f"  stack:   ORRERY_A2A_STATE_DIR (--state-dir): Envoy's admin socket {socket_path} would"
+        f" be {len(str(socket_path))} bytes long; a Unix socket path has at most 107:"
+        " choose a shorter state directory"
+    ) in out
+    assert out.count("a Unix socket path has at most") == 1
+
+
+def test_an_envoy_admin_tcp_address_is_refused(
+    state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ORRERY_A2A_ENVOY_ADMIN_ADDR (once the admin API's TCP address) is a problem, not ignored:
+    the admin API is the state directory's socket, never a TCP port any local user reaches."""
+    code, out = check(state_dir, capsys, ORRERY_A2A_ENVOY_ADMIN_ADDR="127.0.0.1:9901")
+    assert code == 2
+    assert (
+        "  stack:   ORRERY_A2A_ENVOY_ADMIN_ADDR: the local stack serves Envoy's admin API only on"
+        f" the Unix socket {state_dir / ENVOY_ADMIN_SOCKET}; unset this variable"
     ) in out
 
 
@@ -156,3 +186,18 @@ def test_the_json_report_is_what_the_stack_reads() -> None:
     assert read_report("a log line\n" + out.getvalue()) == ["A: bad", "B: worse"]
     assert json.loads(out.getvalue())["component"] == "authz"
     assert read_report("Traceback …\n") is None
+
+
+def test_the_adk_agent_flag_checks_the_agent_path(
+    state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--adk-agent` selects the ADK gateway; the adapter's check names a bad agent path."""
+    code = cli.main(
+        ["check", f"--state-dir={state_dir}", "--adk-agent=nowhere:root_agent"],
+        env={**CLEAN, **EPHEMERAL},
+    )
+    out = capsys.readouterr().out
+    assert code == 2
+    assert "  adapter: ORRERY_A2A_ADK_AGENT: cannot load 'nowhere:root_agent'" in out
+    good = ["check", f"--state-dir={state_dir}", "--adk-agent=gateways.adk.example:root_agent"]
+    assert cli.main(good, env={**CLEAN, **EPHEMERAL}) == 0

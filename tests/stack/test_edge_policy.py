@@ -153,7 +153,8 @@ def test_preflight_routes_take_only_preflights_before_the_405s_and_fail_closed()
         )
         ext_authz = per_filter["envoy.filters.http.ext_authz"]
         assert not ext_authz.get("disabled")
-        assert ext_authz["check_settings"]["context_extensions"]["surface"] == "a2a"
+        surface = "approvals" if like == "approvals" else "a2a"  # the public card's: a2a
+        assert ext_authz["check_settings"]["context_extensions"]["surface"] == surface
 
 
 def test_any_origin_never_allows_credentials() -> None:
@@ -180,6 +181,9 @@ def test_any_origin_never_allows_credentials() -> None:
         ("ORRERY_A2A_CLIENT_RATE_BURST", "0", "at least 1"),
         ("ORRERY_A2A_ENVOY_MAX_HEAP", "1MiB", "at least 64MiB"),
         ("ORRERY_A2A_ENVOY_MAX_HEAP", "lots", "expected a size"),
+        ("ORRERY_A2A_XFF_TRUSTED_HOPS", "11", "at most 10"),
+        ("ORRERY_A2A_XFF_TRUSTED_HOPS", "one", "expected an integer"),
+        ("ORRERY_A2A_PROXY_PROTOCOL", "maybe", "expected true or false"),
     ],
 )
 def test_a_bad_value_is_one_problem_naming_the_variable(
@@ -234,3 +238,42 @@ def test_envoy_config_refuses_a_bad_policy(capsys: pytest.CaptureFixture[str]) -
     """A bad value is exit 2 and the variable's name."""
     assert cli.main(["envoy-config", "--max-heap", "tiny"], env={}) == 2
     assert "ORRERY_A2A_ENVOY_MAX_HEAP" in capsys.readouterr().err
+
+
+def test_trusted_hops_count_the_forwarded_address_and_keep_the_header() -> None:
+    """N trusted hops: Envoy takes the client N from the right of X-Forwarded-For, so the early
+    mutation that drops a client's copy goes; the other early mutations, if any, stay."""
+    source = envoy_config.load(SOURCE)
+    assert "x-forwarded-for" in str(_manager(source)["early_header_mutation_extensions"])
+    rendered = envoy_config.render(
+        source, policy=EdgePolicy.from_env({"ORRERY_A2A_XFF_TRUSTED_HOPS": "2"})
+    )
+    manager = _manager(rendered)
+    assert manager["xff_num_trusted_hops"] == 2
+    assert manager["use_remote_address"] is True
+    assert "x-forwarded-for" not in str(manager.get("early_header_mutation_extensions"))
+    unset = envoy_config.render(source, policy=EdgePolicy.from_env({}))
+    assert _manager(unset)["xff_num_trusted_hops"] == 0
+    assert "x-forwarded-for" in str(_manager(unset)["early_header_mutation_extensions"])
+
+
+def test_proxy_protocol_reads_the_client_from_the_public_listener_only() -> None:
+    """The PROXY protocol listener filter goes on the public listener, first; the diagnostics
+    listener (scraped directly) never expects it."""
+    rendered = envoy_config.render(
+        envoy_config.load(SOURCE), policy=EdgePolicy.from_env({"ORRERY_A2A_PROXY_PROTOCOL": "true"})
+    )
+    (first, *_) = envoy_config.listener(rendered)["listener_filters"]
+    assert first["name"] == envoy_config.PROXY_PROTOCOL
+    diag = envoy_config.listener(rendered, envoy_config.DIAG_LISTENER)
+    assert envoy_config.PROXY_PROTOCOL not in str(diag.get("listener_filters"))
+
+
+def test_hops_and_proxy_protocol_together_are_refused() -> None:
+    """A hop count means nothing when the peer comes from the PROXY header: one or the other."""
+    with pytest.raises(ConfigError) as raised:
+        EdgePolicy.from_env(
+            {"ORRERY_A2A_XFF_TRUSTED_HOPS": "1", "ORRERY_A2A_PROXY_PROTOCOL": "true"}
+        )
+    (problem,) = raised.value.problems
+    assert "not both" in problem

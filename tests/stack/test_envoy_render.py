@@ -173,6 +173,30 @@ def test_render_refuses_a_non_loopback_admin_address() -> None:
         envoy_config.render(envoy_config.load(SOURCE), admin=("0.0.0.0", 9901))
 
 
+@pytest.mark.envoy
+def test_an_admin_socket_path_puts_the_admin_api_on_a_0600_unix_socket(tmp_path: Path) -> None:
+    """`admin=Path` (the local stack): the admin API and the diag listener's cluster to it use
+    that Unix socket, mode 0600, and no TCP address at all; Envoy accepts the file."""
+    path = tmp_path / "envoy-admin.sock"
+    rendered = envoy_config.render(envoy_config.load(SOURCE), admin=path)
+    assert rendered["admin"]["address"] == {"pipe": {"path": str(path), "mode": 0o600}}
+    clusters = rendered["static_resources"]["clusters"]
+    (admin_cluster,) = [c for c in clusters if c["name"] == envoy_config.ADMIN_CLUSTER]
+    endpoints = admin_cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    assert [lb["endpoint"]["address"] for lb in endpoints] == [{"pipe": {"path": str(path)}}]
+    out = tmp_path / "envoy.yaml"
+    envoy_config.write(rendered, out)
+    result = envoy_validate(out)
+    assert result.returncode == 0, result.stderr
+
+
+def test_an_admin_socket_path_too_long_for_a_unix_socket_is_refused(tmp_path: Path) -> None:
+    """A socket path over 107 bytes cannot be bound: a clear error here, not Envoy's later."""
+    path = tmp_path / ("s" * 108)
+    with pytest.raises(EnvoyConfigError, match="a Unix socket path has at most 107"):
+        envoy_config.render(envoy_config.load(SOURCE), admin=path)
+
+
 def test_envoy_config_command_refuses_a_non_loopback_admin_address(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -252,6 +276,50 @@ def test_envoy_config_takes_tls_from_the_environment_too(
     assert cli.main(["envoy-config"], env=dict.fromkeys(env, "")) == 0
     plain = yaml.safe_load(capsys.readouterr().out)
     assert "transport_socket" not in envoy_config.listener(plain)["filter_chains"][0]
+
+
+@pytest.mark.envoy
+def test_tls_reload_renders_sds_files_beside_the_bootstrap(tmp_path: Path) -> None:
+    """`--tls-reload true` (ORRERY_A2A_TLS_RELOAD): the listener takes its certificate and
+    client CA by SDS from files written beside --out, each watching its PEM files' directory
+    (tests/e2e/test_tls_reload.py shows a rotation served); Envoy accepts the result."""
+    from tests.certs import make_certs
+
+    certs = make_certs(tmp_path / "certs")
+    out = tmp_path / "rendered" / "envoy.yaml"
+    out.parent.mkdir()
+    flags = ["--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)]
+    flags += ["--client-ca", str(certs.ca), "--out", str(out)]
+    assert cli.main(["envoy-config", *flags], env={"ORRERY_A2A_TLS_RELOAD": "true"}) == 0
+    rendered = yaml.safe_load(out.read_text())
+    context = envoy_config.listener(rendered)["filter_chains"][0]["transport_socket"]
+    common = context["typed_config"]["common_tls_context"]
+    assert "tls_certificates" not in common and "validation_context" not in common
+    assert context["typed_config"]["require_client_certificate"] is True
+    assert sorted(p.name for p in out.parent.iterdir()) == [
+        "client_ca.yaml",
+        "envoy.yaml",
+        "public_tls.yaml",
+    ]
+    (certificate,) = yaml.safe_load((out.parent / "public_tls.yaml").read_text())["resources"]
+    assert certificate["tls_certificate"]["watched_directory"] == {"path": str(certs.ca.parent)}
+    (ca,) = yaml.safe_load((out.parent / "client_ca.yaml").read_text())["resources"]
+    assert ca["validation_context"]["trusted_ca"] == {"filename": str(certs.ca)}
+    result = envoy_validate(out)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--tls-reload", "true"], ["--tls-reload", "true", "--tls-cert", "/c", "--tls-key", "/k"]],
+)
+def test_tls_reload_needs_tls_and_an_output_file(
+    flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without certificates there is nothing to reload, without --out nowhere to put the SDS
+    files: exit 2, saying so."""
+    assert cli.main(["envoy-config", *flags], env={}) == 2
+    assert "--tls-reload: needs" in capsys.readouterr().err
 
 
 def _ext_authz(config: envoy_config.Config) -> dict[str, object]:

@@ -24,6 +24,7 @@ import pytest
 
 from stack.state import StackState
 from stack.tokens import TokenRequest, mint_for_stack
+from tests.admin_socket import admin_client
 from tests.conftest import DATABASE_URL, REDIS_URL, require_service
 from tests.stack.conftest import LocalStackRun
 
@@ -168,9 +169,9 @@ async def all_in_rotation(run: LocalStackRun, timeout: float = 60.0) -> None:
     where each test starts, and how a replica that came back is seen to be back."""
     admin = StackState.load(run.state_dir).admin
     flags: list[str] = []
-    async with httpx.AsyncClient(timeout=5) as http, asyncio.timeout(timeout):
+    async with admin_client(admin) as http, asyncio.timeout(timeout):
         while True:
-            clusters = (await http.get(f"http://{admin}/clusters")).text.splitlines()
+            clusters = (await http.get("/clusters")).text.splitlines()
             flags = [
                 line
                 for line in clusters

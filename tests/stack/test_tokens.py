@@ -100,7 +100,7 @@ def test_token_with_a_stale_state_fails_clearly(
         audience="orrery-a2a",
         console_audience="orrery-console",
         key_file=str(tmp_path / "gone.pem"),
-        admin="127.0.0.1:9901",
+        admin=str(tmp_path / "envoy-admin.sock"),
         logs=str(tmp_path / "logs"),
     )
     state.save(tmp_path)

@@ -9,6 +9,7 @@ import pytest
 from runtime.errors import ConfigError
 from stack.envoy_config import TlsFiles
 from stack.settings import StackSettings
+from stack.state import ENVOY_ADMIN_SOCKET
 from stack.wiring import Wiring, adapter_env, authz_env, child_env
 
 WIRING = Wiring(
@@ -19,9 +20,11 @@ WIRING = Wiring(
 
 
 def test_defaults_are_designs_ports() -> None:
-    """Envoy 8080, admin 9901, authz 9191/9192, adapter 8081, issuer 8090, all loopback."""
+    """Envoy 8080, authz 9191/9192, adapter 8081, issuer 8090, all loopback; Envoy's admin API
+    on a Unix socket in the state directory."""
     settings = StackSettings.from_env({})
-    assert (settings.listen, settings.admin) == (("127.0.0.1", 8080), ("127.0.0.1", 9901))
+    assert settings.listen == ("127.0.0.1", 8080)
+    assert settings.admin == settings.state_dir / ENVOY_ADMIN_SOCKET
     assert (settings.authz, settings.authz_diag) == (("127.0.0.1", 9191), ("127.0.0.1", 9192))
     assert (settings.adapter, settings.issuer) == (("127.0.0.1", 8081), ("127.0.0.1", 8090))
     assert settings.envoy_config.name == "envoy.yaml"

@@ -1,12 +1,18 @@
 """The embedded demo gateway: deterministic, no model, so the product runs on a fresh machine.
 
-Two specialists over a small built-in view of service health:
+Two specialists over a small built-in view of service health, and a third with remote agents:
 
 * `investigator` (any autonomy): answers questions about a service's health from the table below.
 * `change-planner`: proposes changes. `annotate` (an unguarded L2 action) runs at once for L2+;
   `restart` / `rollback` / `scale` are guarded L3 actions that always need a human approval, and
   are refused outright for a service principal (pinned to L2) and for anyone below L3 — so a
   service principal never reaches input-required.
+* `delegator` (listed only when remote agents are configured): hands a question to a remote A2A
+  agent on the allowlist (`ORRERY_A2A_REMOTE_AGENTS`, see `gateways/remote/`):
+  `ask <agent>: <question>`. Delegation is
+  counted as destructive: each call is a guarded (L3) action the delegating person approves, used
+  once, never open to a service principal; the reply comes back screened and framed as untrusted
+  tool output, a failed call as a refusal with its reason code.
 
 Routing is by keyword (the `routing_hint` says which), the same text always gives the same reply,
 and the guarded action only "runs" (a line in the reply) after the gate consumed an approval of
@@ -22,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from adapter.gateway import (
+    Confirmation,
     ConfirmationStore,
     GatewayContext,
     Pending,
@@ -33,6 +40,12 @@ from adapter.gateway import (
     redact,
 )
 from contract.identity import Principal
+from gateways.remote.client import RemoteAgents
+from gateways.remote.errors import RemoteAgentError
+from gateways.remote.metrics import RemoteMetrics
+from gateways.remote.screening import framed
+from gateways.remote.settings import RemoteSettings
+from runtime.errors import ConfigError
 
 LEVELS = {"L1": 1, "L2": 2, "L3": 3}
 
@@ -56,6 +69,8 @@ GUARDED_VERBS = ("restart", "rollback", "scale")
 _SERVICE = re.compile(r"\b(" + "|".join(HEALTH) + r")\b", re.IGNORECASE)
 _GUARDED = re.compile(r"\b(" + "|".join(GUARDED_VERBS) + r")\b", re.IGNORECASE)
 _ANNOTATE = re.compile(r"\b(annotate|note)\b", re.IGNORECASE)
+_DELEGATE = re.compile(r"\s*ask\s+([a-z][a-z0-9-]*)\s*:\s*(\S.*)", re.IGNORECASE | re.DOTALL)
+REMOTE_TOOL = "call_remote_agent"
 
 SPECIALISTS: tuple[Specialist, ...] = (
     Specialist(
@@ -76,6 +91,19 @@ SPECIALISTS: tuple[Specialist, ...] = (
 )
 
 
+# Listed (so on the extended card) only when remote agents are configured: the card never offers
+# what this gateway cannot do.
+DELEGATOR = Specialist(
+    name="delegator",
+    description=(
+        "Asks a remote A2A agent from the operator's allowlist. Each call is guarded (L3) "
+        "and runs only after the delegating person approves it; the reply is untrusted."
+    ),
+    routing_hint="'ask <remote agent>: <question>'",
+    examples=("ask billing: what did checkout cost last week?",),
+)
+
+
 def _level(principal: Principal) -> int:
     level = LEVELS[principal.autonomy]
     return min(level, 2) if principal.kind == "service" else level
@@ -84,20 +112,29 @@ def _level(principal: Principal) -> int:
 class DemoGateway:
     """A deterministic `AgentGateway` (see the module docstring)."""
 
-    def __init__(self, confirmations: ConfirmationStore, approval_ttl: float) -> None:
+    def __init__(
+        self,
+        confirmations: ConfirmationStore,
+        approval_ttl: float,
+        remote: RemoteAgents | None = None,
+    ) -> None:
         self._confirmations = confirmations
         self._approval_ttl = approval_ttl
+        self._remote = remote
 
     @property
     def confirmations(self) -> ConfirmationStore:
         return self._confirmations
 
     async def inventory(self) -> Sequence[Specialist]:
-        return SPECIALISTS
+        return SPECIALISTS if self._remote is None else (*SPECIALISTS, DELEGATOR)
 
     async def run_in_session(self, turn: Turn) -> Reply | Pending:
         if turn.resume_action_id is not None:
             return await self._resume(turn, turn.resume_action_id)
+        delegation = _DELEGATE.fullmatch(turn.text)
+        if delegation:
+            return await self._propose_delegation(turn, delegation[1].lower(), delegation[2])
         service_match = _SERVICE.search(turn.text)
         service = service_match[1].lower() if service_match else None
         guarded = _GUARDED.search(turn.text)
@@ -127,20 +164,52 @@ class DemoGateway:
     async def _propose(self, turn: Turn, verb: str, service: str | None) -> Reply | Pending:
         if service is None:
             return Reply(f"Which service should I {verb}? Known: " + ", ".join(sorted(HEALTH)))
-        if turn.principal.kind == "service":
+        refused = _guarded_refusal(turn.principal, verb)
+        if refused is not None:
+            return refused
+        confirmation = await self._guard(turn, f"{verb}_service", {"service": service})
+        return Pending(
+            confirmation=confirmation,
+            summary=(
+                f"{verb.capitalize()} {service} is a guarded (L3) action and needs approval by "
+                "the person who delegated to you. Once they decide, send any message on this "
+                "task to continue."
+            ),
+        )
+
+    async def _propose_delegation(self, turn: Turn, agent: str, text: str) -> Reply | Pending:
+        refused = _guarded_refusal(turn.principal, "asking a remote agent")
+        if refused is not None:
+            return refused
+        known = self._remote.names if self._remote is not None else ()
+        if agent not in known:
             return Reply(
-                f"Refused: {verb} is a guarded (L3) action and a service principal is limited "
-                "to L2. Ask through a delegated agent so a person can approve it.",
+                f"Refused (not_allowlisted): {agent!r} is not an allowlisted remote agent. "
+                "Known: " + (", ".join(known) or "none"),
                 True,
             )
-        if _level(turn.principal) < 3:
+        args = {"agent": agent, "message": text.strip()}
+        if redact(args) != args:
+            # The person must approve exactly what is sent; a message the approval page would
+            # show cut or redacted cannot be approved as it is.
             return Reply(
-                f"Refused: {verb} is a guarded (L3) action; your autonomy is "
-                f"{turn.principal.autonomy}.",
+                "Refused: that message is too long or looks like a credential; a delegation "
+                "is approved as shown, so send a short message without secrets.",
                 True,
             )
-        tool, args = f"{verb}_service", {"service": service}
-        confirmation = await self._confirmations.propose(
+        confirmation = await self._guard(turn, REMOTE_TOOL, args)
+        return Pending(
+            confirmation=confirmation,
+            summary=(
+                f"Asking the remote agent {agent!r} is a guarded (L3) action and needs approval "
+                "by the person who delegated to you. Once they decide, send any message on this "
+                "task to continue."
+            ),
+        )
+
+    async def _guard(self, turn: Turn, tool: str, args: Mapping[str, str]) -> Confirmation:
+        """Propose `tool(args)` as a guarded L3 action of this turn's principal."""
+        return await self._confirmations.propose(
             Proposal(
                 owner=turn.principal.key,
                 subject=turn.principal.subject,
@@ -153,14 +222,6 @@ class DemoGateway:
                 digest=action_digest(tool, args),
             )
         )
-        return Pending(
-            confirmation=confirmation,
-            summary=(
-                f"{verb.capitalize()} {service} is a guarded (L3) action and needs approval by "
-                "the person who delegated to you. Once they decide, send any message on this "
-                "task to continue."
-            ),
-        )
 
     async def _resume(self, turn: Turn, action_id: str) -> Reply | Pending:
         entry = await self._confirmations.get(action_id, subject=turn.principal.subject)
@@ -168,6 +229,8 @@ class DemoGateway:
         outcome = await self._confirmations.consume(
             action_id, owner=turn.principal.key, digest=action
         )
+        if outcome == "approved" and entry is not None and entry.tool == REMOTE_TOOL:
+            return await self._delegate(turn, str(entry.args["agent"]), str(entry.args["message"]))
         if outcome == "approved":
             return Reply(f"Approved action {action_id} carried out.")
         if outcome == "pending":
@@ -190,7 +253,48 @@ class DemoGateway:
             f"Action {action_id} {reasons.get(outcome, 'cannot run')}; nothing was done.", True
         )
 
+    async def _delegate(self, turn: Turn, agent: str, text: str) -> Reply:
+        """Run an approved delegation: the remote's screened reply, or why there is none."""
+        if self._remote is None:  # approved on a replica configured with remote agents
+            return Reply(f"Refused (not_allowlisted): {agent!r} is not allowlisted here.", True)
+        try:
+            reply = await self._remote.call(agent, text, principal_key=turn.principal.key)
+        except RemoteAgentError as exc:
+            return Reply(
+                f"The call to the remote agent {agent!r} failed ({exc.reason}): {exc.description}.",
+                True,
+            )
+        return Reply(framed(agent, reply))
+
+
+def _guarded_refusal(principal: Principal, what: str) -> Reply | None:
+    """Why `principal` may not even propose a guarded (L3) action, if it may not."""
+    if principal.kind == "service":
+        return Reply(
+            f"Refused: {what} is a guarded (L3) action and a service principal is limited "
+            "to L2. Ask through a delegated agent so a person can approve it.",
+            True,
+        )
+    if _level(principal) < 3:
+        return Reply(
+            f"Refused: {what} is a guarded (L3) action; your autonomy is {principal.autonomy}.",
+            True,
+        )
+    return None
+
+
+def check(env: Mapping[str, str]) -> list[str]:
+    """The problems of the demo gateway's own settings (its remote agents), for `check`."""
+    try:
+        RemoteSettings.from_env(env)
+    except ConfigError as exc:
+        return list(exc.problems)
+    return []
+
 
 def create(context: GatewayContext) -> DemoGateway:
-    """The `ORRERY_A2A_GATEWAY` factory of the demo gateway (the default)."""
-    return DemoGateway(context.confirmations, context.approval_ttl)
+    """The `ORRERY_A2A_GATEWAY` factory of the demo gateway (the default); `ConfigError` names
+    every bad remote-agent variable."""
+    settings = RemoteSettings.from_env(context.env)
+    remote = RemoteAgents(settings, RemoteMetrics(context.registry)) if settings.agents else None
+    return DemoGateway(context.confirmations, context.approval_ttl, remote)
