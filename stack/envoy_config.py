@@ -146,9 +146,15 @@ def repo_config_path() -> Path:
     return Path(__file__).resolve().parent.parent / "envoy" / "envoy.yaml"
 
 
+# libyaml's parser when PyYAML has it (its wheels do): ten times the pure-Python one's speed on
+# envoy.yaml, which `up`, `check` and every render parse. The same safe constructor either way.
+_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load(path: Path) -> Config:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # S506: _SAFE_LOADER is CSafeLoader or SafeLoader, never a loader that builds objects
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)  # noqa: S506
     except OSError as exc:
         raise EnvoyConfigError(f"cannot read the Envoy config {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:

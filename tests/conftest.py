@@ -3,6 +3,10 @@
 Tests that need PostgreSQL or Redis use the `redis_url` / `database_url` fixtures. When the service
 is not reachable they skip with the reason, except when `ORRERY_TEST_REQUIRE_SERVICES=1` (set by
 `.ci/run`), where an absent service fails the test instead: CI must not go green by skipping.
+
+The suite runs in parallel under pytest-xdist (`scripts/test` starts workers; docs/testing.md
+has the rules). Each worker gets a Redis database of its own (`redis_url_for_worker`); a module
+runs whole on one worker, so a module-scoped fixture is set up once, not once per worker.
 """
 
 from __future__ import annotations
@@ -11,12 +15,34 @@ import gc
 import os
 import socket
 from collections.abc import Iterator
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-REDIS_URL = os.environ.get("ORRERY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+def redis_url_for_worker(base: str, worker: str | None) -> str:
+    """The Redis URL of one xdist worker: `base`'s database for the first (and for a run without
+    workers), the one below it for the next, and so on — `redis_url` flushes its database, so two
+    workers never share one. With the default db 15, workers gw0…gw15 use dbs 15…0."""
+    if not worker:
+        return base
+    index = int(worker.removeprefix("gw"))
+    parts = urlsplit(base)
+    path = parts.path.strip("/")
+    db = (int(path) if path else 0) - index
+    if db < 0:
+        raise pytest.UsageError(
+            f"ORRERY_TEST_REDIS_URL={base} leaves no Redis database for xdist worker {worker} "
+            "(worker N uses the URL's db minus N): give a higher db or fewer workers"
+        )
+    return urlunsplit(parts._replace(path=f"/{db}"))
+
+
+REDIS_URL = redis_url_for_worker(
+    os.environ.get("ORRERY_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
+    os.environ.get("PYTEST_XDIST_WORKER"),
+)
 DATABASE_URL = os.environ.get(
     "ORRERY_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
 )
@@ -67,7 +93,8 @@ def require_service(name: str, url: str, default_port: int) -> str:
 
 @pytest.fixture
 def redis_url() -> Iterator[str]:
-    """A Redis database for one test, flushed before and after (db 15 by default)."""
+    """A Redis database for one test, flushed before and after (db 15 by default; one per xdist
+    worker, `redis_url_for_worker`)."""
     url = require_service("Redis", REDIS_URL, 6379)
     import redis
 
@@ -82,6 +109,38 @@ def redis_url() -> Iterator[str]:
 def database_url() -> str:
     """The PostgreSQL test database (tests create their own schema or tables and drop them)."""
     return require_service("PostgreSQL", DATABASE_URL, 5432)
+
+
+# Whole layers that start Envoy, the stack, containers or outside tools: `slow` without a mark.
+SLOW_LAYERS = ("tests/e2e/", "tests/docker/", "tests/deploy/")
+SLOW_MARKERS = ("envoy", "e2e", "docker")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks what `-m 'not slow'` leaves out; on xdist workers, hands out the longest first.
+
+    `slow`: every test of tests/e2e, tests/docker and tests/deploy, and every test marked envoy,
+    e2e or docker (modules elsewhere that start processes carry the mark themselves).
+
+    scripts/test distributes whole modules (`--dist loadfile`), so a module-scoped fixture (a
+    stack, an Envoy, a compose project) starts once. xdist hands the modules out in the order the
+    workers collected them: here, containers first, then the other slow modules, then the rest (a
+    stable sort, so the order within each kind stays), and the long ones overlap with the many
+    short ones instead of keeping one worker busy after the others are done."""
+    for item in items:
+        if item.nodeid.startswith(SLOW_LAYERS) or any(
+            item.get_closest_marker(name) is not None for name in SLOW_MARKERS
+        ):
+            item.add_marker(pytest.mark.slow)
+    if hasattr(config, "workerinput"):  # an xdist worker
+        items.sort(key=_longest_first)
+
+
+def _longest_first(item: pytest.Item) -> int:
+    if item.get_closest_marker("docker") is not None:
+        return 0
+    return 1 if item.get_closest_marker("slow") is not None else 2
 
 
 @pytest.fixture(autouse=True)

@@ -17,3 +17,12 @@ async def eventually(condition: Callable[[], Awaitable[bool]], timeout: float = 
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.02)
+
+
+def eventually_sync(condition: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+    """`eventually` for a test without an event loop: poll `condition` from this thread."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.02)

@@ -25,6 +25,8 @@ from tests.adapter.conftest import (
 )
 from tests.processes import EventProcess
 
+pytestmark = pytest.mark.slow  # starts `python -m adapter` as a process
+
 DIST = "orrery-a2a-edge"
 
 

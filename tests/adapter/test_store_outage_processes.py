@@ -23,8 +23,9 @@ from tests.adapter.conftest import assertion_headers, delegated, fresh_schema, m
 from tests.adapter.test_main import adapter_env
 from tests.processes import EventProcess
 from tests.tcp_proxy import TcpProxy
+from tests.waiting import eventually
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]  # adapters as processes
 
 ALICE_BOT = delegated("bot", "alice")
 WORKERS = 6
@@ -114,11 +115,24 @@ async def test_a_postgres_restart_under_load_answers_503_and_leaves_no_task_subm
         bases = [f"http://{event['addr']}" for event in serving]
         load = Load(bases)
         workers = [asyncio.create_task(load.worker(n)) for n in range(WORKERS)]
-        await asyncio.sleep(1.5)
+
+        async def flowing() -> bool:
+            return load.outcomes[(200, "ok")] >= WORKERS
+
+        await eventually(flowing)  # the load runs through both replicas
         await proxy.stop()
-        await asyncio.sleep(OUTAGE_SECONDS)
+        await asyncio.sleep(OUTAGE_SECONDS)  # the outage itself: the database gone this long
         await proxy.start()
-        await asyncio.sleep(2.5)
+        served = load.outcomes[(200, "ok")]
+
+        async def recovered() -> bool:
+            """Both replicas say the store is back, and the load is answered again."""
+            return load.outcomes[(200, "ok")] > served and all(
+                any(event.get("event") == "store_recovered" for event in replica.events)
+                for replica in replicas
+            )
+
+        await eventually(recovered)
         load.running = False
         await asyncio.gather(*workers)
         restored = time.monotonic()

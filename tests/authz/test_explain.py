@@ -24,6 +24,8 @@ from tests.authz.support import (
     base_env,
 )
 
+pytestmark = pytest.mark.slow  # starts `python -m authz explain` as a process
+
 
 def _env(jwks_file: Path) -> dict[str, str]:
     env = base_env(jwks_file=jwks_file)

@@ -23,6 +23,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tests.authz.support import Issuer, base_env
 from tests.processes import EventProcess, descendants, port_free, wait_gone
 
+pytestmark = pytest.mark.slow  # starts `python -m authz` as a process
+
 OTHER_ADDRESS = "127.0.0.2"  # a loopback address that 127.0.0.1-only sockets do not answer
 
 

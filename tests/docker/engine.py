@@ -18,10 +18,12 @@ Importable by any test that runs containers (the compose stack, the image, a pod
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import socket
 import subprocess
+import tempfile
 from collections.abc import Iterator, Mapping
 from functools import cache
 from http import HTTPStatus
@@ -197,8 +199,12 @@ def build_image(
     args: Mapping[str, str] | None = None,
     network: str | None = None,
 ) -> Any:
-    """Build `tag` from `context`; a failure shows the end of the build log."""
-    try:
+    """Build `tag` from `context`; a failure shows the end of the build log.
+
+    One build at a time per engine: test workers (pytest-xdist) building the same Dockerfile at
+    once would each run every step, where one after the other the second finds the first's
+    layers in the engine's cache."""
+    with _build_lock(), _build_failure_shown(tag):
         image, _ = client.images.build(
             path=str(context),
             dockerfile=dockerfile,
@@ -208,12 +214,29 @@ def build_image(
             rm=True,
             forcerm=True,
         )
+    return image
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    """Held while this process builds: an exclusive lock on a file named for the engine."""
+    host = docker_host(os.environ) or "default"
+    name = hashlib.sha256(host.encode()).hexdigest()[:12]
+    with (Path(tempfile.gettempdir()) / f"orrery-test-build-{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@contextlib.contextmanager
+def _build_failure_shown(tag: str) -> Iterator[None]:
+    """A failed build of `tag` is an AssertionError with the end of the build log."""
+    try:
+        yield
     except docker.errors.BuildError as exc:
         log = "".join(
             str(chunk.get("stream") or chunk.get("error") or "") for chunk in exc.build_log
         )
         raise AssertionError(f"building {tag} failed: {exc.msg}\n{log[-3000:]}") from None
-    return image
 
 
 def context_digest(context: Path = REPO) -> str:

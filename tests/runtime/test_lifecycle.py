@@ -9,9 +9,12 @@ import pytest
 
 from tests.processes import process_gone, wait_gone
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only"
+    ),
+    pytest.mark.slow,  # starts parents and children as processes
+]
 
 SLEEPER = "import time; time.sleep(600)"
 # The parent in the middle: starts a child one of two ways, prints its pid, and waits to be killed.

@@ -10,6 +10,8 @@ import pytest
 
 from runtime.version import DISTRIBUTION, version
 
+pytestmark = pytest.mark.slow  # starts every command as a process
+
 
 @pytest.mark.parametrize(
     ("module", "prog"),

@@ -17,6 +17,8 @@ from runtime.checks import read_report, report
 from stack import cli, envoy_config
 from stack.state import ENVOY_ADMIN_SOCKET
 
+pytestmark = pytest.mark.slow  # starts `orrery-a2a check` as a process
+
 CLEAN = {
     name: value
     for name, value in os.environ.items()

@@ -5,7 +5,11 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from stack.children import python_module
+
+pytestmark = pytest.mark.slow  # starts child processes
 
 
 def test_a_folder_named_like_a_component_in_the_cwd_is_not_run(tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ from stack.state import write_private
 from stack.tokens import TOKEN_KINDS, Audiences, TokenKind, TokenRequest, mint
 from tests.processes import EventProcess
 
+pytestmark = pytest.mark.slow  # starts the dev issuer as a process
+
 AUDIENCES = Audiences(a2a="orrery-a2a", console="orrery-console")
 
 

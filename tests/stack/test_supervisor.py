@@ -57,6 +57,8 @@ print(json.dumps({"event": "serving"}), file=sys.stderr, flush=True)
 time.sleep(600)
 """
 
+pytestmark = pytest.mark.slow  # starts child processes supervised
+
 
 def program(name: str, code: str, **options: Any) -> Component:
     return Component(name, [sys.executable, "-c", code], {"PATH": "/usr/bin:/bin"}, **options)
