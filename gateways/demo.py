@@ -40,6 +40,7 @@ from adapter.gateway import (
     redact,
 )
 from contract.identity import Principal
+from gateways.gate import not_run, settled
 from gateways.remote.client import RemoteAgents
 from gateways.remote.errors import RemoteAgentError
 from gateways.remote.metrics import RemoteMetrics
@@ -233,25 +234,8 @@ class DemoGateway:
             return await self._delegate(turn, str(entry.args["agent"]), str(entry.args["message"]))
         if outcome == "approved":
             return Reply(f"Approved action {action_id} carried out.")
-        if outcome == "pending":
-            entry = await self._confirmations.get(action_id, subject=turn.principal.subject)
-            if entry is not None and entry.status == "pending":
-                return Pending(
-                    confirmation=entry,
-                    summary="Still waiting for the person who delegated to you to decide.",
-                )
-            outcome = entry.status if entry is not None else "not_found"
-        reasons = {
-            "denied": "was denied",
-            "expired": "expired before it was approved",
-            "consumed": "was already carried out",
-            "withdrawn": "was withdrawn when its task was cancelled",
-            "mismatch": "is not the action that was approved",
-            "not_found": "is unknown",
-        }
-        return Reply(
-            f"Action {action_id} {reasons.get(outcome, 'cannot run')}; nothing was done.", True
-        )
+        status = await settled(self._confirmations, action_id, outcome, turn.principal.subject)
+        return status if isinstance(status, Pending) else not_run(action_id, status)
 
     async def _delegate(self, turn: Turn, agent: str, text: str) -> Reply:
         """Run an approved delegation: the remote's screened reply, or why there is none."""

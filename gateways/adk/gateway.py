@@ -53,6 +53,7 @@ from contract.identity import Principal
 from gateways.adk.bridge import GuardedCall, answer, requested, unanswered
 from gateways.adk.inventory import specialists
 from gateways.adk.replies import failure, final_text
+from gateways.gate import not_run, settled
 from runtime import logs
 
 logger = logging.getLogger("gateways.adk")
@@ -60,14 +61,6 @@ logger = logging.getLogger("gateways.adk")
 PRINCIPAL_STATE = "orrery:principal"
 GUARDED_LEVEL = "L3"
 _LEVELS = {"L1": 1, "L2": 2, "L3": 3}
-_NOT_RUN = {
-    "denied": "was denied",
-    "expired": "expired before it was approved",
-    "consumed": "was already carried out",
-    "withdrawn": "was withdrawn when its task was cancelled",
-    "mismatch": "is not the action that was approved",
-    "not_found": "is unknown",
-}
 
 
 class AdkTurnFailed(Exception):
@@ -229,16 +222,9 @@ class AdkGateway:
         logs.event(logger, "adk_gate", action_id=action_id, outcome=outcome)
         if outcome == "approved" and call is not None:
             return await self._end(turn, await self._run(turn, answer([call], confirmed=True)))
-        if outcome == "pending":
-            entry = await self._confirmations.get(action_id, subject=turn.principal.subject)
-            if entry is not None and entry.status == "pending":
-                return Pending(
-                    confirmation=entry,
-                    summary="Still waiting for the person who delegated to you to decide.",
-                )
-            outcome = entry.status if entry is not None else "not_found"
-        if call is not None and outcome in ("denied", "expired", "withdrawn", "mismatch"):
+        status = await settled(self._confirmations, action_id, outcome, turn.principal.subject)
+        if isinstance(status, Pending):
+            return status
+        if call is not None and status in ("denied", "expired", "withdrawn", "mismatch"):
             await self._run(turn, answer([call], confirmed=False))
-        return Reply(
-            f"Action {action_id} {_NOT_RUN.get(outcome, 'cannot run')}; nothing was done.", True
-        )
+        return not_run(action_id, status)
