@@ -2,10 +2,12 @@
 
 `container_options` turns one container of a rendered pod spec into Docker options: the
 manifest's own command, the environment the kubelet would build (`tests.deploy.conftest.
-environment`: literal values, ConfigMap keys, Secret keys), mounts (ConfigMap and Secret
-volumes as read-only bind mounts of files written like the kubelet writes them, `emptyDir` with
-`medium: Memory` as tmpfs), security context (uid, gid, `fsGroup` as a supplementary group,
-read-only root, capabilities, no new privileges) and resource limits. A field it does not
+environment`: `envFrom` ConfigMaps, literal values, ConfigMap keys, Secret keys), mounts
+(ConfigMap and Secret volumes as read-only bind mounts of files written like the kubelet writes
+them; each `emptyDir` with `medium: Memory` one tmpfs volume of the pod's, `empty_dirs`, shared
+by every container that mounts it, read-only where the mount says so), security context
+(uid, gid, `fsGroup` as a supplementary group, read-only root, capabilities, no new privileges)
+and resource limits. A field it does not
 implement fails the test instead of being ignored, so the pod that runs is the pod declared.
 
 `wait_for_probe` probes the way the kubelet does: an HTTP GET from outside the pod's network
@@ -24,6 +26,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.docker import engine
+
 Obj = dict[str, Any]
 
 CONTAINER_FIELDS = {
@@ -32,6 +36,7 @@ CONTAINER_FIELDS = {
     "imagePullPolicy",
     "restartPolicy",
     "command",
+    "envFrom",
     "env",
     "ports",
     "startupProbe",
@@ -90,9 +95,11 @@ def container_options(
     images: Mapping[str, str],
     env: Mapping[str, str],
     volumes: Mapping[str, Path],
+    empty_dirs: Mapping[str, str],
 ) -> dict[str, Any]:
     """Docker options for `container` of `pod` (`volumes`: name → host directory holding the
-    ConfigMap's or Secret's files; `images`: the manifest's repository → the local image)."""
+    ConfigMap's or Secret's files; `empty_dirs`: name → the pod's Docker volume for that
+    emptyDir, from `create_empty_dirs`; `images`: the manifest's repository → the local image)."""
     only(container, CONTAINER_FIELDS, f"container {container['name']}")
     security = container["securityContext"]
     only(security, SECURITY_FIELDS, "securityContext")
@@ -104,13 +111,12 @@ def container_options(
     gid = security.get("runAsGroup", pod_security["runAsGroup"])
     assert uid != 0 and security["runAsNonRoot"]
     mounts: dict[str, Obj] = {}
-    tmpfs: dict[str, str] = {}
     declared = {volume["name"]: volume for volume in pod["volumes"]}
     for mount in container.get("volumeMounts", []):
         volume = declared[mount["name"]]
         if "emptyDir" in volume:
-            size = _bytes(volume["emptyDir"]["sizeLimit"])
-            tmpfs[mount["mountPath"]] = f"size={size},mode=1777"
+            mode = "ro" if mount.get("readOnly") else "rw"
+            mounts[empty_dirs[mount["name"]]] = {"bind": mount["mountPath"], "mode": mode}
         elif "configMap" in volume or "secret" in volume:
             assert mount.get("readOnly") is True
             mounts[str(volumes[mount["name"]])] = {"bind": mount["mountPath"], "mode": "ro"}
@@ -130,10 +136,39 @@ def container_options(
         "cap_drop": security["capabilities"]["drop"],
         "security_opt": [] if security["allowPrivilegeEscalation"] else ["no-new-privileges:true"],
         "volumes": mounts,
-        "tmpfs": tmpfs,
         "mem_limit": _bytes(limits["memory"]),
         "nano_cpus": _nano_cpus(limits["cpu"]),
     }
+
+
+def create_empty_dirs(client: Any, pod: Obj, prefix: str) -> dict[str, str]:
+    """Each emptyDir of `pod` as one Docker volume on tmpfs of its `sizeLimit` (name → volume
+    name), made once for the pod: the kubelet shares an emptyDir among the pod's containers, so
+    what the init container renders there is what Envoy reads. Only `medium: Memory` is
+    implemented (every emptyDir the manifests declare)."""
+    made: dict[str, str] = {}
+    for volume in pod["volumes"]:
+        if "emptyDir" not in volume:
+            continue
+        only(volume["emptyDir"], {"medium", "sizeLimit"}, "emptyDir")
+        if volume["emptyDir"].get("medium") != "Memory":
+            refuse("an emptyDir on disk (only medium: Memory)")
+        size = _bytes(volume["emptyDir"]["sizeLimit"])
+        created = client.volumes.create(
+            f"{prefix}-{volume['name']}",
+            driver="local",
+            driver_opts={"type": "tmpfs", "device": "tmpfs", "o": f"size={size},mode=1777"},
+            labels=engine.owner_labels(),
+        )
+        made[volume["name"]] = created.name
+    return made
+
+
+def runs_to_completion(container: Obj, pod: Obj) -> bool:
+    """A plain init container (no `restartPolicy: Always`): the kubelet runs it to a zero exit
+    before starting the next container, and never probes it."""
+    is_init = any(item["name"] == container["name"] for item in pod.get("initContainers", []))
+    return is_init and container.get("restartPolicy") != "Always"
 
 
 def write_volume(

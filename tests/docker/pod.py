@@ -37,6 +37,7 @@ class Pod:
     holder: Any
     ports: Mapping[int, int]  # container port → host port on 127.0.0.1
     members: dict[str, Any] = field(default_factory=dict)
+    volumes: list[Any] = field(default_factory=list)  # the pod's own (emptyDirs): go with it
 
     def run(self, name: str, image: str, **options: Any) -> Any:
         """Start a member in the pod's namespace (compose.yaml's lock-down unless overridden)."""
@@ -56,9 +57,10 @@ class Pod:
         return f"http://127.0.0.1:{self.ports[port]}"
 
     def remove(self) -> None:
-        for container in [*self.members.values(), self.holder]:
-            engine.remove_quietly(container)
+        for item in [*self.members.values(), self.holder, *self.volumes]:
+            engine.remove_quietly(item)
         self.members.clear()
+        self.volumes.clear()
 
 
 @contextmanager
@@ -69,8 +71,15 @@ def running_pod(
     image: str,
     ports: Mapping[int, int],
     network: str | None = None,
+    volumes: Mapping[str, str] | None = None,
 ) -> Iterator[Pod]:
-    """A pod whose holder runs `sleep infinity` from `image` (any image with coreutils)."""
+    """A pod whose holder runs `sleep infinity` from `image` (any image with coreutils).
+
+    `volumes` (name → Docker volume) are the pod's own, removed with it; the holder mounts each
+    for the pod's life: Docker unmounts a tmpfs volume, and drops what it held, once no running
+    container uses it, while a kubelet keeps an emptyDir until its pod goes (what an init
+    container wrote there must outlive it)."""
+    held = volumes or {}
     holder = client.containers.run(
         image,
         ["sleep", "infinity"],
@@ -80,9 +89,11 @@ def running_pod(
         network=network,
         labels=engine.owner_labels(),
         detach=True,
+        volumes={volume: {"bind": f"/held/{key}", "mode": "rw"} for key, volume in held.items()},
         **LOCKED_DOWN,
     )
     pod = Pod(client, name, holder, dict(ports))
+    pod.volumes.extend(client.volumes.get(volume) for volume in held.values())
     try:
         yield pod
     finally:

@@ -4,10 +4,11 @@ The base is rendered with `kubectl kustomize` under an overlay of the kind an op
 (its own IdP's issuer and JWKS URL, its public URL); the pod's containers run under Docker with the
 manifest's own images, commands, environment, mounted ConfigMaps and Secrets, security context
 and limits (`tests.docker.kubelet`), in one network namespace held by a do-nothing holder, and
-start in the kubelet's order: each native sidecar (authz, Envoy) only once the previous one's
-startup probe passed, the adapter (the main container) last. The last test stops the pod the
-way the kubelet does: the adapter's preStop hook, then SIGTERM. Every probe is an HTTP GET from
-outside the namespace to the pod's address.
+start in the kubelet's order: the `envoy-config` init container run to a zero exit (it renders
+Envoy's bootstrap into the pod's shared emptyDir), then each native sidecar (authz, Envoy) only
+once the previous one's startup probe passed, the adapter (the main container) last. The last
+test stops the pod the way the kubelet does: the adapter's preStop hook, then SIGTERM. Every
+probe is an HTTP GET from outside the namespace to the pod's address.
 
 The operator's part is played by the test: the Secrets (assertion keys, a TLS certificate it
 generates) and the identity provider — the stack's dev issuer in the pod, serving its JWKS on
@@ -34,7 +35,13 @@ from stack.up import generate_secrets
 from tests.certs import make_certs
 from tests.deploy.conftest import KUBERNETES, Manifests, environment, kustomize
 from tests.docker import engine
-from tests.docker.kubelet import container_options, wait_for_probe, write_volume
+from tests.docker.kubelet import (
+    container_options,
+    create_empty_dirs,
+    runs_to_completion,
+    wait_for_probe,
+    write_volume,
+)
 from tests.docker.pod import Pod, running_pod
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
@@ -137,7 +144,10 @@ def edge_pod(
     (issuer_key / "key.pem").write_bytes(secrets.issuer_key.read_bytes())
     os.chown(issuer_key / "key.pem", 10001, 10001)
     name = f"orrery-k8s-{os.urandom(4).hex()}"
-    with running_pod(docker_client, name, image=app_image.tag, ports=ports) as pod:
+    empty_dirs = create_empty_dirs(docker_client, spec, name)
+    with running_pod(
+        docker_client, name, image=app_image.tag, ports=ports, volumes=empty_dirs
+    ) as pod:
         running = RunningPod(pod, spec, ports, load_signing_key(secrets.issuer_key))
         # The operator's identity provider (not part of the manifest): the dev issuer.
         pod.run(
@@ -158,9 +168,22 @@ def edge_pod(
         # The kubelet's order: each native sidecar once the previous one's startup probe passed.
         for container in [*spec["initContainers"], *spec["containers"]]:
             env = environment(container, config_maps, secret_values)
-            options = container_options(container, spec, images=images, env=env, volumes=volumes)
-            pod.run(container["name"], options.pop("image"), **options)
-            wait_for_probe(container.get("startupProbe") or container["readinessProbe"], ports)
+            options = container_options(
+                container, spec, images=images, env=env, volumes=volumes, empty_dirs=empty_dirs
+            )
+            started = pod.run(container["name"], options.pop("image"), **options)
+            if runs_to_completion(container, spec):
+                exited = started.wait(timeout=120)
+                assert exited["StatusCode"] == 0, started.logs().decode(errors="replace")
+            else:
+                probe = container.get("startupProbe") or container["readinessProbe"]
+                try:
+                    wait_for_probe(probe, ports)
+                except AssertionError as failed:
+                    logged = started.logs(tail=40).decode(errors="replace")
+                    raise AssertionError(
+                        f"{failed}; {container['name']} logged:\n{logged}"
+                    ) from None
         yield running
 
 

@@ -13,7 +13,9 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
+import httpx
 import pytest
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import UnsupportedOperationError
@@ -21,7 +23,15 @@ from a2a.utils.errors import UnsupportedOperationError
 from tests.adapter.conftest import reply_text, send, status_data, status_text, text_message
 from tests.conftest import DATABASE_URL, REDIS_URL, require_service
 from tests.e2e.conftest import ADK_GATEWAY_ENV, _drop_schema
-from tests.e2e.edge import Edge, message_params, running_edge, unique
+from tests.e2e.edge import (
+    JSONRPC_HEADERS,
+    Edge,
+    bearer,
+    jsonrpc,
+    message_params,
+    running_edge,
+    unique,
+)
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
 
@@ -153,30 +163,47 @@ async def _replica_of(edge: Edge, event: str, action_id: str) -> str:
 @pytest.mark.redis
 @pytest.mark.postgres
 async def test_replicas_share_a_pending_approval(adk_replicated_edge: Edge) -> None:
-    """Proposed on one adapter, resumed on the other (Envoy balances round robin; each flow
-    here shifts the next request by one, so one of them crosses over whatever the balancer's
-    phase): the resuming replica finds the ADK session and the approval in PostgreSQL and the
-    restart runs once. Every flow completes, and at least one crossed replicas."""
+    """Proposed on one adapter, resumed on the other: the resuming replica finds the ADK session
+    and the approval in PostgreSQL and the restart runs once. Every request goes over one
+    connection, so one Envoy worker serves them all and its round robin alternates strictly
+    (each connection of its own could land on either worker, each with its own round robin);
+    the second flow shifts the next request by one, so one of the two crosses over whatever the
+    balancer's phase. Every flow completes, and at least one crossed replicas."""
     edge = adk_replicated_edge
     crossed = []
-    for detour in (0, 1):
-        user = unique("user")
-        agent = edge.token(subject=user, agent=unique("agent"))
-        asked = await edge.rpc(agent, "SendMessage", message_params("restart payments"))
-        task = asked.json()["result"]["task"]
-        action_id = task["status"]["message"]["parts"][1]["data"]["action_id"]
-        decided = await edge.decide(edge.token("human", subject=user), action_id)
-        assert decided.status_code == 200
-        for _ in range(detour):
-            await edge.rpc(agent, "GetTask", {"id": task["id"]})
-        on_task = {"taskId": task["id"], "contextId": task["contextId"]}
-        resumed = (await edge.rpc(agent, "SendMessage", message_params("go", **on_task))).json()
-        done = resumed["result"]["task"]
-        assert done["status"]["state"] == "TASK_STATE_COMPLETED"
-        (reply,) = [part["text"] for artifact in done["artifacts"] for part in artifact["parts"]]
-        assert reply.startswith("Restarted payments (restart #")
-        again = await edge.rpc(agent, "SendMessage", message_params("go", **on_task))
-        assert "error" in again.json()  # the task is done: no second run
-        proposer = await _replica_of(edge, "adk_proposed", action_id)
-        crossed.append(proposer != await _replica_of(edge, "adk_gate", action_id))
+    async with httpx.AsyncClient(timeout=60) as http:
+
+        async def rpc(token: str, method: str, params: Any) -> Any:
+            headers = {**JSONRPC_HEADERS, **bearer(token)}
+            sent = await http.post(f"{edge.url}/a2a", json=jsonrpc(method, params), headers=headers)
+            return sent.json()
+
+        for detour in (0, 1):
+            user = unique("user")
+            agent = edge.token(subject=user, agent=unique("agent"))
+            task = (await rpc(agent, "SendMessage", message_params("restart payments")))["result"][
+                "task"
+            ]
+            action_id = task["status"]["message"]["parts"][1]["data"]["action_id"]
+            decided = await http.post(
+                f"{edge.url}/approvals/{action_id}",
+                json={"decision": "approve"},
+                headers=bearer(edge.token("human", subject=user)),
+            )
+            assert decided.status_code == 200
+            for _ in range(detour):
+                await rpc(agent, "GetTask", {"id": task["id"]})
+            on_task = {"taskId": task["id"], "contextId": task["contextId"]}
+            done = (await rpc(agent, "SendMessage", message_params("go", **on_task)))["result"][
+                "task"
+            ]
+            assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+            (reply,) = [
+                part["text"] for artifact in done["artifacts"] for part in artifact["parts"]
+            ]
+            assert reply.startswith("Restarted payments (restart #")
+            again = await rpc(agent, "SendMessage", message_params("go", **on_task))
+            assert "error" in again  # the task is done: no second run
+            proposer = await _replica_of(edge, "adk_proposed", action_id)
+            crossed.append(proposer != await _replica_of(edge, "adk_gate", action_id))
     assert any(crossed), "every resume ran on the replica that proposed: nothing was shared"
