@@ -28,7 +28,7 @@ import signal
 import socket
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -462,21 +462,34 @@ async def _drop_schema(database_url: str, schema: str) -> None:
         await connection.close()
 
 
-@pytest.fixture(scope="session")
-def replicated_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
-    """Two authz and two adapters behind one Envoy (`--replicas 2`): tasks and approvals in
-    PostgreSQL (a schema of its own), rate limits and in-flight counts in Redis."""
+@contextlib.contextmanager
+def running_replicated_edge(
+    directory: Path, env: Mapping[str, str] | None = None, *, schema_suffixes: tuple[str, ...] = ()
+) -> Iterator[Edge]:
+    """Two authz and two adapters behind one Envoy (`--replicas 2`, with `env` besides): their
+    stores in a PostgreSQL schema of their own, dropped afterwards (and the schemas named after it
+    with `schema_suffixes`, e.g. the ADK gateway's `_adk`), limits and in-flight counts in Redis."""
     database_url = require_service("PostgreSQL", DATABASE_URL, 5432)
     redis_url = require_service("Redis", REDIS_URL, 6379)
     schema = "e2e_" + uuid.uuid4().hex[:12]
-    env = {
+    replicated = {
+        **(env or {}),
         "ORRERY_A2A_REPLICAS": "2",
         "DATABASE_URL": database_url,
         "ORRERY_A2A_REDIS_URL": redis_url,
         "ORRERY_A2A_DB_SCHEMA": schema,
     }
     try:
-        with running_edge(tmp_path_factory.mktemp("replicated-edge"), env) as started:
+        with running_edge(directory, replicated) as started:
             yield started
     finally:
-        asyncio.run(_drop_schema(database_url, schema))
+        for suffix in ("", *schema_suffixes):
+            asyncio.run(_drop_schema(database_url, schema + suffix))
+
+
+@pytest.fixture(scope="session")
+def replicated_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
+    """Two authz and two adapters behind one Envoy (`--replicas 2`): tasks and approvals in
+    PostgreSQL (a schema of its own), rate limits and in-flight counts in Redis."""
+    with running_replicated_edge(tmp_path_factory.mktemp("replicated-edge")) as started:
+        yield started

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,15 +20,13 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import UnsupportedOperationError
 
 from tests.adapter.conftest import reply_text, send, status_data, status_text, text_message
-from tests.conftest import DATABASE_URL, REDIS_URL, require_service
-from tests.e2e.conftest import ADK_GATEWAY_ENV, _drop_schema
+from tests.e2e.conftest import ADK_GATEWAY_ENV, running_replicated_edge
 from tests.e2e.edge import (
     JSONRPC_HEADERS,
     Edge,
     bearer,
     jsonrpc,
     message_params,
-    running_edge,
     unique,
 )
 
@@ -40,22 +37,9 @@ pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
 def adk_replicated_edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Edge]:
     """Two authz and two adapters serving the example ADK agent, sessions, tasks and approvals
     in PostgreSQL (schemas of their own), limits in Redis."""
-    database_url = require_service("PostgreSQL", DATABASE_URL, 5432)
-    redis_url = require_service("Redis", REDIS_URL, 6379)
-    schema = "e2e_" + uuid.uuid4().hex[:12]
-    env = {
-        **ADK_GATEWAY_ENV,
-        "ORRERY_A2A_REPLICAS": "2",
-        "DATABASE_URL": database_url,
-        "ORRERY_A2A_REDIS_URL": redis_url,
-        "ORRERY_A2A_DB_SCHEMA": schema,
-    }
-    try:
-        with running_edge(tmp_path_factory.mktemp("adk-replicated-edge"), env) as started:
-            yield started
-    finally:
-        asyncio.run(_drop_schema(database_url, schema))
-        asyncio.run(_drop_schema(database_url, f"{schema}_adk"))
+    directory = tmp_path_factory.mktemp("adk-replicated-edge")
+    with running_replicated_edge(directory, ADK_GATEWAY_ENV, schema_suffixes=("_adk",)) as started:
+        yield started
 
 
 class Person:
