@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
@@ -115,6 +117,7 @@ async def headless_chromium() -> AsyncIterator[Page]:
             [binary, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its helpers (zygote, renderers, crashpad) in one group
         )
         try:
             port = await _devtools_port(Path(profile), process)
@@ -135,3 +138,26 @@ async def headless_chromium() -> AsyncIterator[Page]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+            await _end_group(process.pid)
+
+
+async def _end_group(group: int) -> None:
+    """Kill what is left of chromium's process group and wait until none of it runs: a helper
+    that outlives the browser still writes into the profile, whose removal then fails
+    ("Directory not empty")."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+    async with asyncio.timeout(START_TIMEOUT):
+        while _running_in(group):
+            await asyncio.sleep(0.05)
+
+
+def _running_in(group: int) -> bool:
+    """Whether a process of `group` still runs (a zombie, waiting for its reaper, does not)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            # after the parenthesised command: state, ppid, pgrp
+            state, _, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+            if int(pgrp) == group and state != "Z":
+                return True
+    return False
