@@ -35,12 +35,20 @@ class TcpProxy:
         await asyncio.gather(*self._pipes, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        server = self._server
+        self._writers.add(writer)  # from its accept on, so `stop()` cuts it too
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._target)
         except OSError:
             writer.transport.abort()
             return
-        self._writers |= {writer, up_writer}
+        if self._server is not server or writer.transport.is_closing():
+            # Stopped while this connection was being made: it must not outlive the outage (a
+            # connection that did gave the clients a store that answered during it, now and then).
+            writer.transport.abort()
+            up_writer.transport.abort()
+            return
+        self._writers.add(up_writer)
         for source, sink in ((reader, up_writer), (up_reader, writer)):
             pipe = asyncio.get_running_loop().create_task(_pipe(source, sink))
             self._pipes.add(pipe)
