@@ -126,3 +126,19 @@ def stack_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStackRu
         yield run
     finally:
         run.stop()
+
+
+def orrery(
+    run: LocalStackRun, *args: str, env: dict[str, str] | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """`orrery-a2a ARGS…` as a separate process talking to `run`'s stack (with `env` added to
+    its environment and `stdin` as its input)."""
+    return subprocess.run(
+        cli_argv(*args),
+        env={**run.env, **(env or {})},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )

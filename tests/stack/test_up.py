@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
-import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -20,13 +17,10 @@ import pytest
 from stack import cli
 from stack.state import (
     CARD_KEY_FILE,
-    ENVOY_ADMIN_SOCKET,
     ISSUER_KEY_FILE,
     STATE_FILE,
-    pid_alive,
 )
-from tests.processes import descendants, port_free, wait_gone
-from tests.stack.conftest import LocalStackRun, cli_argv
+from tests.stack.conftest import LocalStackRun, orrery
 
 pytestmark = [pytest.mark.envoy, pytest.mark.e2e]
 
@@ -41,31 +35,15 @@ SEND = {
 HEALTH = "Service health — checkout: degraded; inventory: down; payments: healthy; search: healthy."
 
 
-def _orrery(
-    run: LocalStackRun, *args: str, env: dict[str, str] | None = None, stdin: str = ""
-) -> subprocess.CompletedProcess[str]:
-    """`orrery-a2a ARGS…` as a separate process talking to `run`'s stack (with `env` added to
-    its environment and `stdin` as its input)."""
-    return subprocess.run(
-        cli_argv(*args),
-        env={**run.env, **(env or {})},
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-
-
 def _printed(run: LocalStackRun, line: str) -> subprocess.CompletedProcess[str]:
     """Run a command line exactly as the stack printed it (`orrery-a2a …`)."""
     program, *args = shlex.split(line)
     assert program == "orrery-a2a", line
-    return _orrery(run, *args)
+    return orrery(run, *args)
 
 
 def _token(run: LocalStackRun, *args: str) -> str:
-    result = _orrery(run, "token", *args)
+    result = orrery(run, "token", *args)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
@@ -166,9 +144,9 @@ def test_ask_takes_its_token_from_stdin_or_the_environment(stack_run: LocalStack
         client = f"given-{source}"
         token = _token(stack_run, "--kind", "service", "--client-id", client)
         if source == "stdin":
-            result = _orrery(stack_run, "ask", "is search up?", "--token-file", "-", stdin=token)
+            result = orrery(stack_run, "ask", "is search up?", "--token-file", "-", stdin=token)
         else:
-            result = _orrery(stack_run, "ask", "is search up?", env={"ORRERY_A2A_TOKEN": token})
+            result = orrery(stack_run, "ask", "is search up?", env={"ORRERY_A2A_TOKEN": token})
         assert result.returncode == 0, result.stderr
         assert _adapter_event(stack_run, f"service:{client}::{client}")["outcome"] == "ok"
 
@@ -177,7 +155,7 @@ def test_a_refused_token_is_explained_but_never_printed(stack_run: LocalStackRun
     """A token authz refuses (here: for the console audience, on /a2a): `ask` prints authz's
     status and reason code, exits 1, and the token appears nowhere in its output."""
     token = _token(stack_run, "--kind", "human")
-    result = _orrery(stack_run, "ask", "is search up?", env={"ORRERY_A2A_TOKEN": token})
+    result = orrery(stack_run, "ask", "is search up?", env={"ORRERY_A2A_TOKEN": token})
     assert result.returncode == 1
     assert "answered 401 token_invalid" in result.stderr
     assert token not in result.stdout + result.stderr
@@ -187,14 +165,14 @@ def test_explain_answers_for_the_running_stacks_authz(stack_run: LocalStackRun) 
     """`orrery-a2a explain -` with a token on stdin (as `token` prints it): authz's decision on
     each surface with the stack's issuer and audiences; the token itself is never printed."""
     token = _token(stack_run, "--kind", "human")
-    result = _orrery(stack_run, "explain", "-", stdin=token)
+    result = orrery(stack_run, "explain", "-", stdin=token)
     assert result.returncode == 0, result.stderr
     assert "approvals: allow 200 ok" in result.stdout
     assert "principal human dev-user (client dev-console), role admin, autonomy L3" in result.stdout
     assert "a2a:       deny 401 token_invalid" in result.stdout
     assert token not in result.stdout + result.stderr
     delegated = _token(stack_run)
-    from_env = _orrery(stack_run, "explain", "--json", env={"ORRERY_A2A_TOKEN": delegated})
+    from_env = orrery(stack_run, "explain", "--json", env={"ORRERY_A2A_TOKEN": delegated})
     assert from_env.returncode == 0, from_env.stderr
     surfaces = json.loads(from_env.stdout)["surfaces"]
     assert surfaces[0]["principal"]["key"] == "delegated:dev-agent-client:dev-agent:dev-user"
@@ -233,7 +211,7 @@ def test_the_printed_approval_commands_decide_and_resume(
 ) -> None:
     """`ask` for a guarded action prints the action and the commands; running them as printed
     decides as the human and resumes the task (a denied one ends rejected)."""
-    asked = _orrery(stack_run, "ask", "please restart checkout")
+    asked = orrery(stack_run, "ask", "please restart checkout")
     assert asked.returncode == 0, asked.stderr
     assert asked.stdout.startswith("Approval needed: Restart checkout is a guarded (L3) action")
     assert "  tool:    restart_service (level L3)\n" in asked.stdout
@@ -262,79 +240,6 @@ def test_a_second_up_on_the_same_state_dir_is_refused(stack_run: LocalStackRun) 
     second = LocalStackRun.start(stack_run.state_dir)
     assert second.finish() == 2
     assert any("another `orrery-a2a up` is running" in line for line in second.lines)
-
-
-def test_ctrl_c_stops_every_component_and_removes_the_secrets(state_dir: Path) -> None:
-    """SIGINT: all four stop, `up` exits 0, the key, state and admin socket are gone, the logs
-    stay."""
-    run = LocalStackRun.start(state_dir)
-    assert run.wait_for("is up at")
-    pids = {name: pid for name, (_, pid) in run.components.items()}
-    assert run.stop() == 0
-    assert run.lines[-1] == "orrery-a2a up: stopped adapter, envoy, authz, issuer"
-    assert not [name for name, pid in pids.items() if pid_alive(pid)]
-    assert not (state_dir / STATE_FILE).exists()
-    assert not (state_dir / ISSUER_KEY_FILE).exists()
-    assert not (state_dir / CARD_KEY_FILE).exists()
-    assert not (state_dir / ENVOY_ADMIN_SOCKET).exists()
-    assert (state_dir / "logs" / "latest" / "envoy.log").exists()
-
-
-def test_a_closed_terminal_stops_every_component_and_removes_the_secrets(state_dir: Path) -> None:
-    """SIGHUP (the terminal went away) is a clean stop like Ctrl-C, not an abandoned stack."""
-    run = LocalStackRun.start(state_dir)
-    assert run.wait_for("is up at")
-    pids = {name: pid for name, (_, pid) in run.components.items()}
-    run.process.send_signal(signal.SIGHUP)
-    assert run.finish() == 0
-    assert run.lines[-1] == "orrery-a2a up: stopped adapter, envoy, authz, issuer"
-    assert not [name for name, pid in pids.items() if pid_alive(pid)]
-    assert not (state_dir / ISSUER_KEY_FILE).exists()
-
-
-def test_killing_up_outright_stops_every_component(state_dir: Path) -> None:
-    """SIGKILL gives `up` no chance to clean up; the kernel still stops all four and whatever they
-    started, so no port stays taken (the next `up` removes the secrets left behind)."""
-    run = LocalStackRun.start(state_dir)
-    assert run.wait_for("is up at")
-    pids = {name: pid for name, (_, pid) in run.components.items()}
-    assert set(pids) == {"issuer", "authz", "adapter", "envoy"}
-    tree = descendants(run.process.pid)
-    assert set(pids.values()) <= tree
-    # Every address a ready line names: listener, issuer, authz and its metrics, adapter (Envoy's
-    # admin API is a Unix socket, not a port).
-    ready = [line for line in run.lines if " ready " in line]
-    addresses = {found for line in ready for found in re.findall(r"127\.0\.0\.1:\d+", line)}
-    assert len(addresses) == 5
-    run.process.kill()
-    run.finish()
-    assert wait_gone(tree, timeout=20) == set()
-    assert [address for address in addresses if not port_free(address)] == []
-
-
-def test_a_component_that_dies_is_restarted_on_its_address_and_named(state_dir: Path) -> None:
-    """authz killed after start: `up` says how it ended and restarts it on the same address;
-    the stack keeps answering and stops cleanly afterwards (exit 0)."""
-    run = LocalStackRun.start(state_dir)
-    assert run.wait_for("is up at")
-    pids = {name: pid for name, (_, pid) in run.components.items()}
-    os.kill(pids["authz"], signal.SIGKILL)
-    assert run.wait_for("orrery-a2a up: authz was killed by SIGKILL; restarting in 0.5s")
-    restarted = run.wait_for(r"orrery-a2a up: authz restarted \(pid \d+\)")
-    assert restarted is not None
-    assert f"(pid {pids['authz']})" not in restarted
-    answer = _orrery(run, "ask", "is search up?")
-    assert answer.returncode == 0, answer.stderr
-    assert run.stop() == 0
-    events = [
-        json.loads(line)
-        for line in (state_dir / "logs" / "latest" / "supervisor.log").read_text().splitlines()
-    ]
-    assert [(e["event"], e["component"]) for e in events] == [
-        ("component_exited", "authz"),
-        ("component_restarted", "authz"),
-    ]
-    assert events[0]["pid"] == pids["authz"]
 
 
 def test_up_checks_every_component_before_starting_anything(state_dir: Path) -> None:
@@ -369,40 +274,3 @@ def test_up_refuses_a_non_loopback_issuer(
     assert cli.main(["up", "--issuer", "0.0.0.0:8090"], env=env) == 2
     assert "ORRERY_A2A_ISSUER_ADDR: the dev issuer binds loopback only" in capsys.readouterr().err
     assert not (state_dir / "logs").exists()
-
-
-def test_each_run_logs_apart_and_a_failure_shows_only_its_own_run(state_dir: Path) -> None:
-    """Two runs, two log directories (`logs/latest` is the newest); the second run's adapter
-    fails at start (its database refuses connections) and the excerpt `up` prints holds only
-    lines of that run, none of the first run's adapter."""
-    first = LocalStackRun.start(state_dir)
-    assert first.wait_for("is up at")
-    (_, first_adapter) = first.components["adapter"]
-    assert first.stop() == 0
-    with socket.socket() as closed:  # bound, never listening: connections are refused
-        closed.bind(("127.0.0.1", 0))
-        database = f"postgresql://orrery@127.0.0.1:{closed.getsockname()[1]}/none"
-        second = LocalStackRun.start(state_dir, {"DATABASE_URL": database})
-        assert second.finish() == 1
-    text = "\n".join(second.lines)
-    assert "  adapter  FAILED  exited with code 1 before it was ready" in text
-    excerpt = [line for line in second.lines if line.startswith("           | ")]
-    assert any('"event":"startup_failed"' in line for line in excerpt), text
-    assert not [line for line in excerpt if f'"pid":{first_adapter}' in line]
-    runs = sorted(path.name for path in (state_dir / "logs").iterdir() if path.name != "latest")
-    assert len(runs) == 2
-    assert (state_dir / "logs" / "latest").resolve().name == runs[-1]
-    assert f"full log: {state_dir / 'logs' / runs[-1] / 'adapter.log'}" in text
-
-
-def test_old_runs_logs_are_pruned_to_the_newest_ten(tmp_path: Path) -> None:
-    """`up` keeps the last ten run directories; anything else in logs/ is never touched."""
-    from stack.up import keep_recent_runs
-
-    logs = tmp_path / "logs"
-    for day in range(1, 13):
-        (logs / f"202612{day:02d}T000000Z-1").mkdir(parents=True)
-    (logs / "notes.txt").write_text("mine")
-    keep_recent_runs(logs, 10)
-    kept = sorted(path.name for path in logs.iterdir())
-    assert kept == [*(f"202612{day:02d}T000000Z-1" for day in range(3, 13)), "notes.txt"]
