@@ -124,10 +124,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     e2e or docker (modules elsewhere that start processes carry the mark themselves).
 
     scripts/test distributes whole modules (`--dist loadfile`), so a module-scoped fixture (a
-    stack, an Envoy, a compose project) starts once. xdist hands the modules out in the order the
-    workers collected them: here, containers first, then the other slow modules, then the rest (a
-    stable sort, so the order within each kind stays), and the long ones overlap with the many
-    short ones instead of keeping one worker busy after the others are done."""
+    stack, an Envoy, a compose project) starts once. With `--no-loadscope-reorder` xdist hands
+    the modules out in the order the workers collected them: here, containers first, then the
+    other slow modules, then the rest (a stable sort, so the order within each kind stays), and
+    the long ones overlap with the many short ones instead of keeping one worker busy after the
+    others are done. (Without that flag xdist sorts modules by their number of tests, which puts
+    a long module of few tests last.)"""
     for item in items:
         if item.nodeid.startswith(SLOW_LAYERS) or any(
             item.get_closest_marker(name) is not None for name in SLOW_MARKERS
