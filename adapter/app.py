@@ -290,13 +290,14 @@ class Probes:
         if self.stopping:  # at once, whatever the stores say: a balancer must not wait for them
             return Readiness(False, {"serving": "stopping"})
         checks: dict[str, str] = {}
+        mark = self._outage.mark()
         for name, ping in (
             ("tasks", self._stores.tasks.ping),
             ("approvals", self._stores.confirmations.ping),
         ):
             checks[name] = await self._check(name, ping)
         if checks["tasks"] == "ok":
-            self._outage.answered()
+            self._outage.answered(mark)
         checks["serving"] = "ok"
         ready = all(value == "ok" for value in checks.values())
         # the subscriptions' limiter is the same Redis

@@ -204,6 +204,7 @@ class Dispatcher:
 
     async def _answer_unary(self, call: _Call) -> Answer:
         request = call.request
+        mark = self._outage.mark()
         try:
             value = await self._unary[request.method](request.params, call.context)
             status, body = self._binding.answer(request, value)
@@ -212,7 +213,7 @@ class Dispatcher:
         except Exception as exc:  # noqa: BLE001 - see _failed
             return self._failed(request.rpc_id, exc)
         if request.method in STORED:
-            self._outage.answered()
+            self._outage.answered(mark)
         return web.Response(body=dumps(body), status=status, content_type=JSON), "ok"
 
     def _failed(self, rpc_id: RpcId, exc: Exception) -> Answer:

@@ -8,7 +8,10 @@ store could not be reached is answered HTTP 503 `store_unavailable` with `Retry-
 `STORE_UNAVAILABLE` (domain `orrery-a2a`) ends the stream — never HTTP 200 with JSON-RPC -32603.
 
 One incident is one `store_unavailable` log event (WARNING) when the first request fails, and
-one `store_recovered` event (INFO, with the outage's length) when the store answers again; the
+one `store_recovered` event (INFO, with the outage's length) when the store answers again — an
+answer to a call made after the incident began: a slow call whose answer came before the store
+went away, and that finishes after the first failure (the event loop was busy, say), says nothing
+of the store now, and once ended incidents that way, to begin again at the next failure; the
 `orrery_a2a_store_up` gauge is 0 in between. The requests in between are counted under the
 outcome `store_unavailable` in `orrery_a2a_requests_total` and their `a2a_request` events, with
 no error event each.
@@ -84,9 +87,15 @@ class Outage:
                 callback()
         return StoreUnavailable("the task store is unavailable; retry shortly")
 
-    def answered(self) -> None:
-        """The store answered: the incident, if any, is over."""
-        if self._since is None:
+    def mark(self) -> int:
+        """Where the incidents stand as a call to the store begins: the call passes it to
+        `answered` when the store has answered it."""
+        return self.incidents
+
+    def answered(self, mark: int) -> None:
+        """The store answered a call begun at `mark`: the incident, if any, is over — unless
+        the call began before the incident did."""
+        if self._since is None or mark < self.incidents:
             return
         seconds = self._clock() - self._since
         self._since = None

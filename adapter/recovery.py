@@ -167,13 +167,14 @@ class Recovery:
         next_sweep = 0.0
         while True:
             self._wake.clear()
+            mark = self._outage.mark()
             try:
                 if self._watched:
                     await self.settle()
                 if time.monotonic() >= next_sweep:
                     await self.sweep()
                     next_sweep = time.monotonic() + INTERVAL
-                self._outage.answered()
+                self._outage.answered(mark)
             except Exception as exc:  # noqa: BLE001 - next time; an outage is logged once
                 if self._outage.caused(exc):
                     self._outage.failed(exc)

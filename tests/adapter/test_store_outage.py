@@ -49,7 +49,7 @@ async def proxy(database_url: str) -> AsyncIterator[TcpProxy]:
     try:
         yield started
     finally:
-        await started.stop()
+        await started.close()
 
 
 @pytest.fixture

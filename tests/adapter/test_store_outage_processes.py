@@ -44,7 +44,7 @@ async def proxied(database_url: str) -> AsyncIterator[tuple[TcpProxy, str, str]]
         async with fresh_schema(database_url) as schema:
             yield proxy, url, schema
     finally:
-        await proxy.stop()
+        await proxy.close()
 
 
 class Load:
