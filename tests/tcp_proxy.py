@@ -7,7 +7,7 @@ see of a database restart or failover — without touching the shared server oth
 While stopped, the port stays bound (never listening, so a connection is refused, as by a
 server that is down): a port given back could be taken by another test's proxy to the same
 PostgreSQL, and the clients of this one would reach the database through it in the middle of
-their outage (seen when the outage tests of two workers ran at once).
+their outage.
 """
 
 from __future__ import annotations
