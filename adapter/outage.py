@@ -8,10 +8,10 @@ store could not be reached is answered HTTP 503 `store_unavailable` with `Retry-
 `STORE_UNAVAILABLE` (domain `orrery-a2a`) ends the stream — never HTTP 200 with JSON-RPC -32603.
 
 One incident is one `store_unavailable` log event (WARNING) when the first request fails, and
-one `store_recovered` event (INFO, with the outage's length) when the store answers again — an
-answer to a call made after the incident began: a slow call whose answer came before the store
-went away, and that finishes after the first failure (the event loop was busy, say), says nothing
-of the store now, and once ended incidents that way, to begin again at the next failure; the
+one `store_recovered` event (INFO, with the outage's length) when the store answers a call made
+after the incident began (`mark`): a slow call that got its answer before the store went away
+but finishes after the first failure says nothing of the store now (counting it once split one
+outage into several incidents); the
 `orrery_a2a_store_up` gauge is 0 in between. The requests in between are counted under the
 outcome `store_unavailable` in `orrery_a2a_requests_total` and their `a2a_request` events, with
 no error event each.

@@ -64,8 +64,7 @@ class TcpProxy:
             writer.transport.abort()
             return
         if self._server is not server or writer.transport.is_closing():
-            # Stopped while this connection was being made: it must not outlive the outage (a
-            # connection that did gave the clients a store that answered during it, now and then).
+            # Stopped while this connection was being made: it must not outlive the outage.
             writer.transport.abort()
             up_writer.transport.abort()
             return
