@@ -57,6 +57,10 @@ class TcpProxy:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         server = self._server
+        if server is None:
+            # Accepted just before `stop()`, handed over just after it: refused like the rest.
+            writer.transport.abort()
+            return
         self._writers.add(writer)  # from its accept on, so `stop()` cuts it too
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._target)
