@@ -148,7 +148,9 @@ def repo_config_path() -> Path:
 
 # libyaml's parser when PyYAML has it (its wheels do): ten times the pure-Python one's speed on
 # envoy.yaml, which `up`, `check` and every render parse. The same safe constructor either way.
-_SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SAFE_LOADER: type[yaml.CSafeLoader] | type[yaml.SafeLoader] = getattr(
+    yaml, "CSafeLoader", yaml.SafeLoader
+)
 
 
 def load(path: Path) -> Config:

@@ -139,6 +139,16 @@ def test_unreadable_or_invalid_files_are_clear_errors(tmp_path: Path) -> None:
         envoy_config.load(tmp_path / "list.yaml")
 
 
+def test_a_config_that_asks_for_python_objects_is_refused_unbuilt(tmp_path: Path) -> None:
+    """The bootstrap is operator input read with a safe loader: a `!!python/...` tag is invalid
+    YAML here, and nothing it names is called (a loader that builds objects would run it)."""
+    marker = tmp_path / "ran"
+    (tmp_path / "evil.yaml").write_text(f"admin: !!python/object/apply:os.mkdir ['{marker}']\n")
+    with pytest.raises(EnvoyConfigError, match="not valid YAML"):
+        envoy_config.load(tmp_path / "evil.yaml")
+    assert not marker.exists()
+
+
 @pytest.mark.envoy
 def test_envoy_config_command_renders_a_file_envoy_accepts(tmp_path: Path) -> None:
     """`orrery-a2a envoy-config --listen 0.0.0.0:8080 --out F` (what compose runs): a 0644 file
