@@ -9,19 +9,16 @@ Logs one JSON `serving` event with the bound address once ready (so a parent can
 
 from __future__ import annotations
 
-import os
+# First, before anything imports the a2a-sdk: the settings it reads when its modules load.
+from adapter import sdk_presets  # noqa: F401
 
-# The a2a-sdk wraps every handler, store and queue call in OpenTelemetry spans, decided when
-# `a2a.utils.telemetry` is first imported. This process installs no tracer, so those no-op spans
-# are pure cost (about 30% of SendMessage throughput, measured with bench/adapter_bench.py). Off
-# unless the operator sets the SDK's own switch explicitly. Must run before `a2a` is imported.
-# Off, the wrappers still run (with no-op spans); `sdk_tracing.unwrap()` in `main` removes them.
-os.environ.setdefault("OTEL_INSTRUMENTATION_A2A_SDK_ENABLED", "false")
+# isort: split
 
 import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
