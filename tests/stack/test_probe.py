@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -57,9 +60,13 @@ async def readyz() -> AsyncIterator[str]:
     async def not_ready(_: web.Request) -> web.Response:
         return web.json_response({"status": "database unreachable"}, status=503)
 
+    async def moved(_: web.Request) -> web.Response:
+        raise web.HTTPFound("/readyz")
+
     app = web.Application()
     app.router.add_get("/readyz", ready)
     app.router.add_get("/down", not_ready)
+    app.router.add_get("/moved", moved)
     async with serving(app) as url:
         yield url
 
@@ -76,10 +83,55 @@ async def test_http_probe_is_healthy_only_on_200(readyz: str) -> None:
     )
 
 
+async def test_http_probe_follows_no_redirect(readyz: str) -> None:
+    """A redirect, even to a healthy endpoint, is not a 200 from the endpoint probed."""
+    assert await asyncio.to_thread(probe.http_ok, f"{readyz}/moved") == (
+        False,
+        f"{readyz}/moved: 302",
+    )
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://127.0.0.1:8081/readyz", "127.0.0.1:8081/readyz", "http:///readyz"],
+    ids=["https", "no scheme", "no host"],
+)
+def test_http_probe_refuses_what_is_not_a_plain_http_url(url: str) -> None:
+    """Only http:// with a host is probed; anything else is unhealthy and says why."""
+    assert probe.http_ok(url) == (False, f"{url}: not an http:// URL")
+
+
 def test_probe_command_exit_codes(unused_tcp_port: int, capsys: pytest.CaptureFixture[str]) -> None:
     """`python -m stack.probe` exits 1 and prints one line when unhealthy."""
     assert probe.main(["http", f"http://127.0.0.1:{unused_tcp_port}/readyz"]) == 1
-    assert capsys.readouterr().out == f"http://127.0.0.1:{unused_tcp_port}/readyz: ConnectError\n"
+    assert (
+        capsys.readouterr().out
+        == f"http://127.0.0.1:{unused_tcp_port}/readyz: ConnectionRefusedError\n"
+    )
+
+
+# Runs in a fresh interpreter: what a health check imports, after one HTTP probe.
+IMPORTS_PROBE = """
+import json
+import sys
+
+from stack import probe
+
+probe.main(["http", sys.argv[1]])
+print(json.dumps(sorted({name.split(".")[0] for name in sys.modules} & {"grpc", "httpx", "yaml"})))
+"""
+
+
+@pytest.mark.slow
+def test_an_http_check_imports_neither_grpc_nor_httpx(unused_tcp_port: int) -> None:
+    """A check runs every few seconds in every container: `http` loads no gRPC, httpx or YAML."""
+    out = subprocess.run(
+        [sys.executable, "-c", IMPORTS_PROBE, f"http://127.0.0.1:{unused_tcp_port}/readyz"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert json.loads(out.splitlines()[-1]) == []
 
 
 def fake_proc(root: Path, *commands: list[str]) -> Path:
