@@ -259,3 +259,30 @@ def test_check_reports_the_gateways_remote_agent_settings() -> None:
         "ORRERY_A2A_REMOTE_BILLING_CLIENT_ID: is required",
         "ORRERY_A2A_REMOTE_BILLING_CLIENT_SECRET_FILE: is required",
     ]
+
+
+# Runs in a fresh interpreter: what `python -m adapter check` loads.
+CHECK_PROBE = """
+import json
+import sys
+
+from adapter.__main__ import main
+
+code = main(["check", "--json"])
+serving = ("aiohttp", "adapter.app", "adapter.serving", "a2a.server.request_handlers")
+print(json.dumps({"code": code, "loaded": [name for name in serving if name in sys.modules]}))
+"""
+
+
+def test_check_loads_no_serving_machinery() -> None:
+    """`check` runs before every start of the stack: it answers without aiohttp or the SDK's
+    request handlers (half the CPU of a start)."""
+    result = subprocess.run(
+        [sys.executable, "-c", CHECK_PROBE],
+        env=adapter_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert json.loads(result.stdout.splitlines()[-1]) == {"code": 0, "loaded": []}

@@ -17,6 +17,7 @@ import json
 import sys
 
 import adapter.__main__
+import adapter.serving
 from a2a.server import tasks
 
 loaded = sorted(name for name, module in sys.modules.items() if module is not None)
