@@ -138,6 +138,9 @@ def container_options(
         "volumes": mounts,
         "mem_limit": _bytes(limits["memory"]),
         "nano_cpus": _nano_cpus(limits["cpu"]),
+        # The kubelet runs no image HEALTHCHECK (its own probes stand in: `wait_for_probe`);
+        # Docker would run the app image's every few seconds in each container.
+        "healthcheck": {"test": ["NONE"]},
     }
 
 

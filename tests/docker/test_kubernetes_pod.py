@@ -308,6 +308,17 @@ def test_containers_run_with_the_declared_security_context(edge_pod: RunningPod)
         assert host["Memory"] == int(declared.removesuffix("Mi")) * 1024**2
 
 
+def test_no_container_runs_the_images_own_health_check(edge_pod: RunningPod) -> None:
+    """As under a kubelet, which runs only the manifest's probes: the app image's HEALTHCHECK is
+    off in every container the manifest declares, so Docker keeps no health state for them."""
+    for container in [*edge_pod.spec["initContainers"], *edge_pod.spec["containers"]]:
+        name = container["name"]
+        member = edge_pod.pod.members[name]
+        member.reload()
+        assert member.attrs["Config"]["Healthcheck"]["Test"] == ["NONE"], name
+        assert "Health" not in member.attrs["State"], name
+
+
 def test_a_stopping_pod_ends_an_open_stream_through_envoy(
     edge_pod: RunningPod, certificates: Any
 ) -> None:
