@@ -78,7 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logs.configure(settings.log_level)
     # Only a start loads the serving machinery (aiohttp, the SDK's request handlers): `check`,
-    # which `orrery-a2a up` and `check` run before every start, costs half the CPU of a start.
+    # which `orrery-a2a up` runs before every start (and `orrery-a2a check` runs), costs half the
+    # CPU of a start.
     from adapter import sdk_tracing
     from adapter.serving import serve
 

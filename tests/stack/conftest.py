@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from runtime.addresses import format_address
 from tests.processes import EventProcess
 
 EPHEMERAL = [
@@ -34,13 +35,13 @@ _READY_LINE = re.compile(r"^  ([\w-]+)\s+ready\s+(\S+).*\(pid (\d+)\)$")
 
 
 @contextlib.asynccontextmanager
-async def serving(app: web.Application) -> AsyncIterator[str]:
-    """Serve `app` on an ephemeral loopback port; yields its base URL."""
+async def serving(app: web.Application, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Serve `app` on an ephemeral port of `host` (loopback); yields its base URL."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    await web.TCPSite(runner, host, 0).start()
     try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+        yield f"http://{format_address((host, runner.addresses[0][1]))}"
     finally:
         await runner.cleanup()
 

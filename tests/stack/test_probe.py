@@ -188,6 +188,24 @@ async def test_self_probes_the_adapters_readyz(tmp_path: Path, readyz: str) -> N
     assert await asyncio.to_thread(probe.self_healthy, env, proc) == (True, f"{readyz}/readyz: 200")
 
 
+async def test_self_probes_an_adapter_listening_on_every_ipv6_address(tmp_path: Path) -> None:
+    """ORRERY_A2A_ADAPTER_ADDR=[::]:PORT: /readyz is asked on [::1], bracketed in the URL."""
+
+    async def ready(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ready"})
+
+    app = web.Application()
+    app.router.add_get("/readyz", ready)
+    async with serving(app, host="::1") as url:
+        port = url.rsplit(":", 1)[1]
+        proc = fake_proc(tmp_path, ["python", "-m", "adapter"])
+        env = {"ORRERY_A2A_ADAPTER_ADDR": f"[::]:{port}"}
+        assert await asyncio.to_thread(probe.self_healthy, env, proc) == (
+            True,
+            f"http://[::1]:{port}/readyz: 200",
+        )
+
+
 def test_self_defaults_to_the_components_default_address(
     tmp_path: Path, unused_tcp_port: int
 ) -> None:
